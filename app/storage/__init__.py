@@ -1,0 +1,125 @@
+"""Everything a user would hate to lose: Qt-free, on the standard library's ``sqlite3``.
+
+Files (all under ``app.paths.data_dir()``, which ``LLAMADESK_HOME`` overrides):
+``llamadesk.sqlite3`` (WAL mode, ``synchronous=FULL``, foreign keys on, schema version in
+``PRAGMA user_version``), ``states/*.kvstate`` (KV state files) and ``settings.json``.
+
+Threads
+    One :class:`Database` per thread; the connection refuses to be used from another
+    thread. A worker does ``db = gui_db.clone()`` (or ``Database.open()``) in its own
+    thread and ``db.close()`` at its end. Readers never block writers (WAL); writers wait
+    up to 10 s for each other. :class:`StateStore` may be shared between threads.
+
+Opening
+    ``db = Database.open()`` (default path ``paths.database_path()``). Problems raise a
+    :class:`DatabaseOpenError` subclass whose ``str()`` is the sentence to show and whose
+    ``ways_out`` says what to offer: ``"read_only"`` -> ``Database.open(read_only=True)``
+    (every write then raises :class:`ReadOnlyModeError`), ``"move_aside"`` ->
+    ``move_aside(exc.path)`` then ``Database.open()`` again (empty). Subclasses:
+    :class:`DatabaseCorruptError`, :class:`DatabaseTooNewError`,
+    :class:`DatabaseReadOnlyError`. Errors later on (disk full, damaged page found, busy)
+    are :class:`StorageError` subclasses too; anything else escaping is a bug.
+
+Conversations (times are float unix seconds everywhere)
+    ``create_conversation(title=None, *, system_prompt="", sampling=None, model_path=None)``,
+    ``get_conversation(id)``, ``list_conversations(include_archived=False)`` (pinned first,
+    then most recently updated), ``rename(id, title)``, ``set_pinned``, ``set_archived``,
+    ``update_conversation_settings(id, *, system_prompt=, sampling=, model_path=)``,
+    ``delete_conversation(id)`` (soft; ``restore_conversation(id)`` is the Undo;
+    ``purge_deleted(older_than_seconds=0)`` removes them for good and returns their ids so
+    their state files can be deleted), ``fork_conversation(id, up_to_message_id)``.
+
+Messages (a tree: editing = a sibling, regenerating = a sibling reply)
+    ``add_message(cid, role, content, parent_id=None, status="complete", ...)`` commits
+    before returning (show the message as sent afterwards); it becomes the current leaf and
+    the first user message titles the conversation. Streaming: ``m = begin_reply(cid,
+    parent_id, model_path=...)`` (status "partial") -> ``update_reply(m.id, text_so_far)``
+    every ~0.3 s -> ``finish_reply(m.id, text, "complete" | "stopped" | "error",
+    token_count=, prompt_tokens=, tokens_per_second=)``. A "partial" message found while
+    nothing is generating was interrupted (crash). Navigation: ``get_thread(cid,
+    leaf_id=None)``, ``children(mid)``, ``siblings(mid)``, ``sibling_position(mid) ->
+    (i, n)``, ``leaf_of(mid)``, ``set_current_leaf(cid, mid)``, ``delete_branch(mid)``.
+
+Tabs, search, models
+    ``save_tabs(tabs, active_conversation_id)`` / ``load_tabs() -> (tabs, active_id)``.
+    ``search(text, limit=50, *, marks=("[", "]"))`` -> :class:`SearchHit` list (FTS5,
+    bm25-ranked, any input is safe). ``add_folder``, ``remove_folder``, ``list_folders``,
+    ``scan(read_metadata)`` -> :class:`ScanResult`, ``add_model_file(path,
+    read_metadata)``, ``list_models()``, ``get_model``, ``mark_used``, ``save_preset``,
+    ``get_presets``, ``delete_preset``.
+
+Also here: :class:`StateStore` (KV state files), :mod:`app.storage.settings`
+(``AppSettings``, ``load_settings``, ``save_settings``) and :mod:`app.storage.export`
+(``export_json``, ``export_markdown``, ``import_json``).
+"""
+
+from app.storage._core import move_aside
+from app.storage.conversations import UNSET, fts_query, make_title
+from app.storage.database import Database
+from app.storage.errors import (
+    DatabaseBusyError,
+    DatabaseCorruptError,
+    DatabaseOpenError,
+    DatabaseReadOnlyError,
+    DatabaseTooNewError,
+    DiskError,
+    ImportValidationError,
+    NotFoundError,
+    ReadOnlyModeError,
+    StorageError,
+)
+from app.storage.export import export_json, export_markdown, import_json
+from app.storage.library import MetadataReader
+from app.storage.models import (
+    DEFAULT_TITLE,
+    Conversation,
+    Message,
+    ModelEntry,
+    Preset,
+    Role,
+    ScanResult,
+    SearchHit,
+    Status,
+    Tab,
+)
+from app.storage.schema import SCHEMA_VERSION
+from app.storage.settings import AppSettings, SamplingDefaults, load_settings, save_settings
+from app.storage.state import StateStore
+
+__all__ = [
+    "DEFAULT_TITLE",
+    "SCHEMA_VERSION",
+    "UNSET",
+    "AppSettings",
+    "Conversation",
+    "Database",
+    "DatabaseBusyError",
+    "DatabaseCorruptError",
+    "DatabaseOpenError",
+    "DatabaseReadOnlyError",
+    "DatabaseTooNewError",
+    "DiskError",
+    "ImportValidationError",
+    "Message",
+    "MetadataReader",
+    "ModelEntry",
+    "NotFoundError",
+    "Preset",
+    "ReadOnlyModeError",
+    "Role",
+    "SamplingDefaults",
+    "ScanResult",
+    "SearchHit",
+    "StateStore",
+    "Status",
+    "StorageError",
+    "Tab",
+    "export_json",
+    "export_markdown",
+    "fts_query",
+    "import_json",
+    "load_settings",
+    "make_title",
+    "move_aside",
+    "save_settings",
+]

@@ -1,0 +1,215 @@
+"""App-wide preferences: typed defaults in dataclasses, stored as JSON, written atomically.
+
+:func:`load_settings` never fails on bad data: unknown keys are ignored, a value of the
+wrong type (or one a field's ``metadata["check"]`` rejects) falls back to that field's
+default, and a corrupt file falls back to all defaults and is kept as ``<name>.bad``;
+each case is logged as a warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from app import paths
+from app.storage._fs import atomic_write_bytes
+from app.storage.errors import StorageError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def _check(predicate: Callable[[Any], bool]) -> dict[str, Any]:
+    return {"check": predicate}
+
+
+@dataclass
+class SamplingDefaults:
+    """Default sampling for new conversations (the engine's SamplingParams as fields)."""
+
+    temperature: float = field(default=0.7, metadata=_check(lambda v: 0.0 <= v <= 5.0))
+    top_k: int = field(default=40, metadata=_check(lambda v: v >= 0))
+    top_p: float = field(default=0.95, metadata=_check(lambda v: 0.0 <= v <= 1.0))
+    min_p: float = field(default=0.05, metadata=_check(lambda v: 0.0 <= v <= 1.0))
+    repeat_penalty: float = field(default=1.1, metadata=_check(lambda v: 0.0 < v <= 5.0))
+    frequency_penalty: float = field(default=0.0, metadata=_check(lambda v: -2.0 <= v <= 2.0))
+    presence_penalty: float = field(default=0.0, metadata=_check(lambda v: -2.0 <= v <= 2.0))
+    seed: int = -1  # -1: a random seed for every generation
+    max_tokens: int = field(default=1024, metadata=_check(lambda v: v >= 1))
+    stop: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dict stored as a conversation's ``sampling``."""
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class AppSettings:
+    """Everything app-wide the user can set (model folders live in the database)."""
+
+    last_model_path: str | None = None
+    default_system_prompt: str = ""
+    default_sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
+    state_quota_bytes: int = field(default=4 * 1024**3, metadata=_check(lambda v: v >= 0))
+    context_full_policy: Literal["shift", "stop"] = "shift"
+    context: dict[str, Any] = field(default_factory=dict)  # engine ContextSettings; it validates
+    theme: Literal["system", "light", "dark"] = "system"
+    window_geometry: str = ""  # base64 of QWidget.saveGeometry()
+    window_state: str = ""  # base64 of QMainWindow.saveState()
+    font_size: int = field(default=0, metadata=_check(lambda v: 0 <= v <= 72))  # 0: system
+    send_with_enter: bool = True
+    restore_tabs: bool = True
+
+
+def _matches(value: Any, annotation: Any) -> bool:
+    """Is the JSON ``value`` acceptable for a field annotated ``annotation``?"""
+    if annotation is Any:
+        return True
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in args)
+    if origin is Literal:
+        return any(value == arg and type(value) is type(arg) for arg in args)
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    if origin is list:
+        return isinstance(value, list) and (
+            not args or all(_matches(item, args[0]) for item in value)
+        )
+    if origin is dict:
+        return isinstance(value, dict) and (
+            not args or all(_matches(k, args[0]) and _matches(v, args[1]) for k, v in value.items())
+        )
+    if annotation is dict:
+        return isinstance(value, dict)
+    if annotation is list:
+        return isinstance(value, list)
+    return False
+
+
+def _default_of(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    raise TypeError(f"settings field {f.name!r} needs a default")
+
+
+def from_dict(cls: type[T], data: Any, *, where: str = "") -> T:
+    """Build ``cls`` (a dataclass, possibly nested) from JSON data, field by field, with
+    the fallbacks described in the module docstring."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    if not isinstance(data, dict):
+        if data is not None:
+            log.warning("Settings%s: expected an object, got %r; using defaults", where, data)
+        data = {}
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    names = set()
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        names.add(f.name)
+        label = f"{where}.{f.name}" if where else f.name
+        annotation = hints[f.name]
+        if f.name not in data:
+            continue  # default
+        raw = data[f.name]
+        if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+            values[f.name] = from_dict(annotation, raw, where=label)
+            continue
+        if isinstance(raw, int) and not isinstance(raw, bool) and annotation is float:
+            raw = float(raw)
+        if not _matches(raw, annotation):
+            log.warning("Setting %s: invalid value %.100r; using the default", label, raw)
+            continue
+        check = f.metadata.get("check")
+        if check is not None:
+            try:
+                ok = bool(check(raw))
+            except Exception:
+                ok = False
+            if not ok:
+                log.warning("Setting %s: out-of-range value %.100r; using the default", label, raw)
+                continue
+        values[f.name] = raw
+    for key in data:
+        if key not in names:
+            log.warning("Setting %s%s is unknown; ignored", f"{where}." if where else "", key)
+    return cls(**values)
+
+
+def load_settings(cls: type[T], path: Path | None = None) -> T:
+    """Read settings of type ``cls`` from ``path`` (default ``paths.settings_path()``).
+    A missing file gives the defaults; a corrupt one is renamed to ``<name>.bad``."""
+    settings_file = Path(path) if path is not None else paths.settings_path()
+    try:
+        text = settings_file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return cls()
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("Could not read the settings file %s (%s); using defaults", settings_file, exc)
+        if isinstance(exc, UnicodeDecodeError):
+            _keep_bad(settings_file)
+        return cls()
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        log.warning(
+            "The settings file %s is not valid JSON (%s); using defaults", settings_file, exc
+        )
+        _keep_bad(settings_file)
+        return cls()
+    return from_dict(cls, data)
+
+
+def _keep_bad(settings_file: Path) -> None:
+    bad = settings_file.with_name(settings_file.name + ".bad")
+    try:
+        os.replace(settings_file, bad)
+        log.warning("Kept the unreadable settings file as %s", bad)
+    except OSError as exc:
+        log.warning("Could not rename the unreadable settings file %s: %s", settings_file, exc)
+
+
+def save_settings(obj: Any, path: Path | None = None) -> None:
+    """Write a settings dataclass as JSON atomically (default ``paths.settings_path()``)."""
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+        raise TypeError(f"{obj!r} is not a dataclass instance")
+    settings_file = Path(path) if path is not None else paths.settings_path()
+    text = json.dumps(dataclasses.asdict(obj), ensure_ascii=False, indent=2, sort_keys=True)
+    try:
+        atomic_write_bytes(settings_file, (text + "\n").encode("utf-8"))
+    except OSError as exc:
+        raise StorageError(
+            f"Could not save the settings to {settings_file} ({exc.strerror or exc}); "
+            "check that the folder is writable and the disk is not full."
+        ) from exc
+
+
+def load_app_settings() -> AppSettings:
+    """:func:`load_settings` for :class:`AppSettings` at the default path."""
+    return load_settings(AppSettings)
+
+
+def save_app_settings(settings: AppSettings) -> None:
+    save_settings(settings, None)
