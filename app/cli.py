@@ -1,0 +1,63 @@
+"""The ``llamadesk`` command: the window by default, subcommands for scripting.
+
+Each area registers its own subcommands (``register(subparsers)``) so that this file
+stays a dispatcher. Any :class:`~app.errors.LlamaDeskError` becomes one line on stderr and
+exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from app import __version__
+from app.errors import LlamaDeskError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llamadesk",
+        description="Chat with local GGUF language models. Without a subcommand, opens the window.",
+    )
+    parser.add_argument("--version", action="version", version=f"LlamaDesk {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from app import engine_cli
+
+    engine_cli.register(sub)
+    try:
+        from app.storage import cli as storage_cli
+    except ImportError:  # the storage commands are optional while that package is absent
+        storage_cli = None  # type: ignore[assignment]
+    if storage_cli is not None:
+        storage_cli.register(sub)
+    gui = sub.add_parser("gui", help="open the window (the default)")
+    gui.set_defaults(func=_run_gui)
+    return parser
+
+
+def _run_gui(args: argparse.Namespace) -> int:
+    from app.ui.main import run
+
+    return run()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        return _run_gui(args)
+    try:
+        result = func(args)
+    except LlamaDeskError as exc:
+        print(f"llamadesk: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("llamadesk: interrupted", file=sys.stderr)
+        return 130
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,55 @@
+"""Qt-free inference on llama.cpp: one model, one context, many sequences.
+
+See :mod:`app.engine.engine` for the scheduler and ``../shared/DESIGN.md`` for why it is
+built on llama.cpp's C functions rather than llama-cpp-python's ``Llama`` class.
+"""
+
+from app.engine.chat_template import ChatTemplate, ChatTemplateError
+from app.engine.engine import Engine, SequenceInfo
+from app.engine.errors import (
+    ContextError,
+    ContextFullError,
+    EngineError,
+    ModelLoadError,
+    StateError,
+)
+from app.engine.events import (
+    Completion,
+    ContextShifted,
+    Event,
+    Evicted,
+    Finished,
+    PromptProgress,
+    SequenceFailed,
+    TokenText,
+)
+from app.engine.metadata import ModelInfo, fingerprint, read_model_info
+from app.engine.settings import ContextSettings, ModelSettings, SamplingParams
+from app.engine.state_file import SequenceState
+
+__all__ = [
+    "ChatTemplate",
+    "ChatTemplateError",
+    "Completion",
+    "ContextError",
+    "ContextFullError",
+    "ContextSettings",
+    "ContextShifted",
+    "Engine",
+    "EngineError",
+    "Event",
+    "Evicted",
+    "Finished",
+    "ModelInfo",
+    "ModelLoadError",
+    "ModelSettings",
+    "PromptProgress",
+    "SamplingParams",
+    "SequenceFailed",
+    "SequenceInfo",
+    "SequenceState",
+    "StateError",
+    "TokenText",
+    "fingerprint",
+    "read_model_info",
+]

@@ -1,0 +1,1141 @@
+"""The engine: one model, one context, many sequences, one batched decode per step.
+
+A sequence is what a chat tab talks to. The caller holds an int *key*; while a sequence is
+resident it is bound to a llama.cpp ``seq_id`` (at most ``n_seq_max`` at once) and the
+least recently used idle one is evicted into a parked state blob when another needs its
+place. ``step()`` builds one ``llama_batch`` from every busy sequence — one token per
+generating sequence, then prompt chunks up to ``n_batch`` — decodes it once, samples per
+sequence and returns events. The engine is not thread-safe except for :meth:`stop`: one
+thread (the UI's worker) owns it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.engine.chat_template import ChatTemplate
+from app.engine.context import Context
+from app.engine.errors import ContextError, ContextFullError, EngineError, StateError
+from app.engine.events import (
+    Completion,
+    ContextShifted,
+    Event,
+    Evicted,
+    Finished,
+    PromptProgress,
+    SequenceFailed,
+    TokenText,
+)
+from app.engine.metadata import ModelInfo
+from app.engine.model import Model, ProgressCallback
+from app.engine.sampling import Sampler
+from app.engine.settings import ContextSettings, ModelSettings, SamplingParams
+from app.engine.state_file import SequenceState, write_atomic
+from app.engine.text import StopMatcher, Utf8Stream
+
+log = logging.getLogger(__name__)
+
+Message = dict[str, Any]
+
+
+@dataclass
+class _Seq:
+    key: int
+    seq_id: int | None = None
+    tokens: list[int] = field(default_factory=list)  # what the cache holds, position = index
+    pending: list[int] = field(default_factory=list)  # to decode next (prompt, or last sample)
+    parked: SequenceState | None = None  # the cache while not resident
+    cut_after_restore: int | None = None  # truncate the restored cache to this many tokens
+    maybe_shared: bool = False  # cells may be shared with a fork (seq_cp in a unified cache)
+    busy: bool = False  # prefilling or generating
+    want_generation: bool = False
+    generating: bool = False
+    stop_requested: bool = False
+    params: SamplingParams | None = None
+    sampler: Sampler | None = None
+    completion: Completion = field(default_factory=Completion)
+    utf8: Utf8Stream = field(default_factory=Utf8Stream)
+    stopper: StopMatcher = field(default_factory=lambda: StopMatcher([]))
+    prompt_total: int = 0
+    prompt_done: int = 0
+    n_keep: int = 0
+    messages: list[Message] | None = None
+    n_dropped: int = 0  # chat messages dropped from the front by context shifts
+    last_used: int = 0
+    t_gen_start: float = 0.0
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass
+class SequenceInfo:
+    """What the UI shows about a sequence (context meter, state)."""
+
+    key: int
+    n_tokens: int
+    n_ctx: int
+    resident: bool
+    busy: bool
+    generating: bool
+    prompt_done: int
+    prompt_total: int
+
+
+class Engine:
+    """Owns the model and the context; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.model: Model | None = None
+        self.context: Context | None = None
+        self.template: ChatTemplate | None = None
+        self._seqs: dict[int, _Seq] = {}
+        self._next_key = 1
+        self._clock = 0
+        self._rotation = 0
+        self.context_full_policy = "shift"  # or "stop"
+
+    # ---------------------------------------------------------------- lifecycle
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        settings: ContextSettings | None = None,
+        model_settings: ModelSettings | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> Engine:
+        engine = cls()
+        try:
+            engine.load_model(path, model_settings, progress)
+            engine.create_context(settings or ContextSettings())
+        except BaseException:
+            engine.close()
+            raise
+        return engine
+
+    def load_model(
+        self,
+        path: str | os.PathLike[str],
+        model_settings: ModelSettings | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> ModelInfo:
+        """Load a model, replacing the current one (its sequences are closed)."""
+        self.close()
+        self.model = Model(path, model_settings, progress)
+        info = self.model.info
+        self.template = ChatTemplate.for_model(info.chat_template, info.bos_token, info.eos_token)
+        return info
+
+    def create_context(self, settings: ContextSettings) -> None:
+        model = self._need_model()
+        if self.context is not None:
+            self.reconfigure(settings)
+            return
+        self.context = Context(model, settings)
+
+    def close(self) -> None:
+        """Free the context before the model (the context points into it)."""
+        for seq in self._seqs.values():
+            if seq.sampler:
+                seq.sampler.close()
+        self._seqs.clear()
+        if self.context is not None:
+            self.context.close()
+            self.context = None
+        if self.model is not None:
+            self.model.close()
+            self.model = None
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- properties
+
+    @property
+    def model_info(self) -> ModelInfo:
+        return self._need_model().info
+
+    @property
+    def settings(self) -> ContextSettings:
+        return self._need_ctx().settings
+
+    @property
+    def n_ctx_seq(self) -> int:
+        return self._need_ctx().n_ctx_seq
+
+    @property
+    def model_fingerprint(self) -> str:
+        return self._need_model().fingerprint
+
+    def _need_model(self) -> Model:
+        if self.model is None:
+            raise EngineError("No model is loaded. Load a model first.")
+        return self.model
+
+    def _need_ctx(self) -> Context:
+        if self.context is None:
+            raise EngineError("No context exists. Load a model first.")
+        return self.context
+
+    def _seq(self, key: int) -> _Seq:
+        seq = self._seqs.get(key)
+        if seq is None:
+            raise EngineError(f"Sequence {key} does not exist (it was closed).")
+        return seq
+
+    def _touch(self, seq: _Seq) -> None:
+        self._clock += 1
+        seq.last_used = self._clock
+
+    # ---------------------------------------------------------------- tokens and text
+
+    def tokenize(
+        self, text: str, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
+        return self._need_model().tokenize(text, add_special, parse_special)
+
+    def detokenize(self, tokens: Iterable[int], special: bool = False) -> str:
+        return self._need_model().detokenize(list(tokens), special)
+
+    def render_chat(self, messages: list[Message], add_generation_prompt: bool = True) -> str:
+        if self.template is None:
+            raise EngineError("No model is loaded. Load a model first.")
+        return self.template.render(messages, add_generation_prompt=add_generation_prompt)
+
+    # ---------------------------------------------------------------- sequences
+
+    def open_sequence(self) -> int:
+        self._need_ctx()
+        key = self._next_key
+        self._next_key += 1
+        seq = _Seq(key)
+        self._touch(seq)
+        self._seqs[key] = seq
+        return key
+
+    def sequences(self) -> list[int]:
+        return list(self._seqs)
+
+    def close_sequence(self, key: int) -> None:
+        seq = self._seqs.pop(key, None)
+        if seq is None:
+            return
+        if seq.seq_id is not None and self.context is not None:
+            self.context.seq_rm(seq.seq_id, -1, -1)
+        if seq.sampler:
+            seq.sampler.close()
+
+    def clear_sequence(self, key: int) -> None:
+        """Forget what the sequence holds (a new conversation in the same tab)."""
+        seq = self._seq(key)
+        self._require_idle(seq)
+        if seq.seq_id is not None:
+            self._need_ctx().seq_rm(seq.seq_id, -1, -1)
+        seq.tokens, seq.pending, seq.parked = [], [], None
+        seq.messages, seq.n_dropped, seq.n_keep, seq.maybe_shared = None, 0, 0, False
+
+    def tokens(self, key: int) -> list[int]:
+        """The tokens the sequence's cache holds."""
+        return list(self._seq(key).tokens)
+
+    def pending_tokens(self, key: int) -> list[int]:
+        return list(self._seq(key).pending)
+
+    def is_busy(self, key: int) -> bool:
+        return self._seq(key).busy
+
+    def has_work(self) -> bool:
+        return any(s.busy for s in self._seqs.values())
+
+    def info(self, key: int) -> SequenceInfo:
+        seq = self._seq(key)
+        return SequenceInfo(
+            key=key,
+            n_tokens=len(seq.tokens) + len(seq.pending),
+            n_ctx=self.n_ctx_seq,
+            resident=seq.seq_id is not None,
+            busy=seq.busy,
+            generating=seq.generating,
+            prompt_done=seq.prompt_done,
+            prompt_total=seq.prompt_total,
+        )
+
+    def keep_only(self, key: int) -> None:
+        """Drop every other sequence's cells (``seq_keep``), e.g. before a whole-context save."""
+        seq = self._seq(key)
+        ctx = self._need_ctx()
+        self._ensure_resident(seq, [])
+        assert seq.seq_id is not None
+        ctx.seq_keep(seq.seq_id)
+        for other in self._seqs.values():
+            if other is not seq and other.seq_id is not None:
+                other.seq_id = None
+                other.tokens, other.pending = [], other.tokens + other.pending
+
+    def fork(self, key: int, n_tokens: int | None = None) -> int:
+        """A new sequence holding the first ``n_tokens`` of ``key``'s cache, without recomputing."""
+        src = self._seq(key)
+        self._require_idle(src)
+        ctx = self._need_ctx()
+        if n_tokens is None:
+            n_tokens = len(src.tokens)
+        if not 0 <= n_tokens <= len(src.tokens):
+            raise EngineError(
+                f"Cannot fork at token {n_tokens}: the sequence holds {len(src.tokens)}."
+            )
+        dst = self._seqs[self.open_sequence()]
+        dst.messages = list(src.messages) if src.messages is not None else None
+        dst.n_keep, dst.n_dropped = min(src.n_keep, n_tokens), src.n_dropped
+        events: list[Event] = []
+        self._ensure_resident(src, events, protect={src.key, dst.key})
+        if src.seq_id is None:  # no room: the fork is parked as a copy of the source's state
+            raise EngineError("No free sequence slot to fork into; close a tab or raise n_seq_max.")
+        self._assign_slot(dst, events, protect={src.key, dst.key})
+        if dst.seq_id is None:
+            self.close_sequence(dst.key)
+            raise EngineError("No free sequence slot to fork into; close a tab or raise n_seq_max.")
+        if ctx.settings.kv_unified:
+            ctx.seq_cp(src.seq_id, dst.seq_id, 0, n_tokens if n_tokens < len(src.tokens) else -1)
+            src.maybe_shared = dst.maybe_shared = True
+        else:  # a split cache cannot share cells: copy the data instead
+            if not ctx.state_set(dst.seq_id, ctx.state_get(src.seq_id)):
+                raise StateError("Could not copy the sequence state for the fork.")
+            ctx.seq_rm(dst.seq_id, n_tokens, -1)
+        dst.tokens = src.tokens[:n_tokens]
+        dst.pending = list(src.pending) if n_tokens == len(src.tokens) else []
+        return dst.key
+
+    # ---------------------------------------------------------------- prompting
+
+    def set_chat(
+        self,
+        key: int,
+        messages: list[Message],
+        system: str | None = None,
+        add_generation_prompt: bool = True,
+        reserve: int | None = None,
+    ) -> int:
+        """Queue a conversation; only the suffix the cache does not hold is processed.
+
+        Returns the number of tokens that will be processed. When the conversation does not
+        fit, the oldest messages after the system prompt are left out (the same ones a
+        context shift dropped), keeping room for ``reserve`` new tokens.
+        """
+        seq = self._seq(key)
+        self._require_idle(seq)
+        model = self._need_model()
+        msgs = [dict(m) for m in messages]
+        if system:
+            msgs = [
+                {"role": "system", "content": system},
+                *[m for m in msgs if m.get("role") != "system"],
+            ]
+        head = msgs[:1] if msgs and msgs[0].get("role") == "system" else []
+        body = msgs[len(head) :]
+        budget = self.n_ctx_seq - (reserve if reserve is not None else max(16, self.n_ctx_seq // 4))
+        dropped = min(seq.n_dropped, max(0, len(body) - 1)) if seq.messages is not None else 0
+        while True:
+            kept = head + body[dropped:]
+            text = self.render_chat(kept, add_generation_prompt)
+            tokens = model.tokenize(text, add_special=True, parse_special=True)
+            if len(tokens) <= budget or dropped >= len(body) - 1:
+                break
+            dropped += 1
+        if len(tokens) >= self.n_ctx_seq:
+            raise ContextFullError(
+                f"The conversation needs {len(tokens):,} tokens but the context holds {self.n_ctx_seq:,}: "
+                "raise the context size in Settings or start a new conversation."
+            )
+        seq.messages, seq.n_dropped = msgs, dropped
+        seq.n_keep = self._system_tokens(head, tokens) if head else (1 if model.add_bos else 0)
+        return self._set_tokens(seq, tokens)
+
+    def _system_tokens(self, head: list[Message], tokens: list[int]) -> int:
+        model = self._need_model()
+        prefix = model.tokenize(self.render_chat(head, False), add_special=True, parse_special=True)
+        n = _common_prefix(prefix, tokens)
+        return n
+
+    def set_prompt(self, key: int, text: str, raw: bool = True) -> int:
+        """Queue raw text (BOS per the model's rule, special tokens parsed)."""
+        if not raw:
+            return self.set_chat(key, [{"role": "user", "content": text}])
+        tokens = self.tokenize(text, add_special=True, parse_special=True)
+        return self.set_tokens(key, tokens)
+
+    def set_tokens(self, key: int, tokens: list[int]) -> int:
+        seq = self._seq(key)
+        self._require_idle(seq)
+        seq.messages, seq.n_dropped = None, 0
+        seq.n_keep = 1 if self._need_model().add_bos else 0
+        return self._set_tokens(seq, list(tokens))
+
+    def append_text(self, key: int, text: str) -> int:
+        """Queue more text after what the sequence holds (no BOS)."""
+        return self.append_tokens(
+            key, self.tokenize(text, add_special=False, parse_special=True) if text else []
+        )
+
+    def append_tokens(self, key: int, tokens: list[int]) -> int:
+        seq = self._seq(key)
+        self._require_idle(seq)
+        self._check_tokens(tokens)
+        total = len(seq.tokens) + len(seq.pending) + len(tokens)
+        if total >= self.n_ctx_seq and self.context_full_policy == "stop":
+            raise ContextFullError(
+                f"The sequence would need {total:,} tokens; the context holds {self.n_ctx_seq:,}."
+            )
+        seq.pending.extend(tokens)
+        seq.prompt_total, seq.prompt_done = len(seq.pending), 0
+        return len(seq.pending)
+
+    def _check_tokens(self, tokens: list[int]) -> None:
+        model = self._need_model()
+        bad = next((t for t in tokens if not model.valid_token(t)), None)
+        if bad is not None:
+            raise EngineError(
+                f"Token id {bad} is not in this model's vocabulary (0..{model.n_vocab - 1})."
+            )
+
+    def _set_tokens(self, seq: _Seq, tokens: list[int]) -> int:
+        self._check_tokens(tokens)
+        if len(tokens) >= self.n_ctx_seq:
+            raise ContextFullError(
+                f"The prompt is {len(tokens):,} tokens but the context holds {self.n_ctx_seq:,}: "
+                "shorten it or raise the context size."
+            )
+        common = _common_prefix(seq.tokens, tokens)
+        if common == len(tokens) and common > 0:
+            common -= 1  # the last token must be decoded again to get its logits
+        self._truncate(seq, common)
+        seq.pending = tokens[common:]
+        seq.prompt_total, seq.prompt_done = len(seq.pending), 0
+        seq.completion = Completion(n_prompt=len(tokens), n_prompt_processed=len(seq.pending))
+        self._touch(seq)
+        return len(seq.pending)
+
+    def _truncate(self, seq: _Seq, n: int) -> None:
+        """Keep only the first ``n`` cached tokens."""
+        if n >= len(seq.tokens):
+            return
+        if seq.seq_id is not None:
+            ctx = self._need_ctx()
+            if not ctx.seq_rm(seq.seq_id, n, -1):  # partial removal unsupported (recurrent)
+                ctx.seq_rm(seq.seq_id, -1, -1)
+                seq.pending = seq.tokens[:n] + seq.pending
+                n = 0
+        elif seq.parked is not None:
+            seq.cut_after_restore = n if n > 0 else None
+            if n == 0:
+                seq.parked = None
+        seq.tokens = seq.tokens[:n]
+
+    # ---------------------------------------------------------------- generation
+
+    def start(self, key: int, params: SamplingParams | None = None) -> None:
+        """Generate after the queued prompt (or from what the cache holds)."""
+        seq = self._seq(key)
+        self._require_idle(seq)
+        model = self._need_model()
+        params = params or SamplingParams()
+        params.validate()
+        if not seq.pending:
+            if not seq.tokens:
+                seq.pending = [model.bos] if model.bos >= 0 else []
+                if not seq.pending:
+                    raise EngineError("There is nothing to generate from: the prompt is empty.")
+            else:
+                last = len(seq.tokens) - 1
+                seq.pending = [seq.tokens[last]]
+                self._truncate(seq, last)
+        if seq.sampler:
+            seq.sampler.close()
+        seq.sampler = Sampler(model.vocab, model.n_vocab, params)
+        if params.repeat_penalty != 1.0 or params.frequency_penalty or params.presence_penalty:
+            if not params.grammar:  # the grammar must not see the prompt
+                history = (seq.tokens + seq.pending[:-1])[-max(params.repeat_last_n, 0) or None :]
+                for token in history:
+                    seq.sampler.accept(token)
+        seq.params = params
+        seq.utf8 = Utf8Stream()
+        seq.stopper = StopMatcher(params.stop)
+        seq.busy = seq.want_generation = True
+        seq.generating = False
+        seq.stop_requested = False
+        if seq.completion.n_prompt == 0:
+            seq.completion = Completion(
+                n_prompt=len(seq.tokens) + len(seq.pending), n_prompt_processed=len(seq.pending)
+            )
+        seq.prompt_total, seq.prompt_done = len(seq.pending), 0
+        self._touch(seq)
+
+    def prefill(self, key: int) -> None:
+        """Process the queued prompt without generating (e.g. to save a session)."""
+        seq = self._seq(key)
+        self._require_idle(seq)
+        if seq.pending:
+            seq.busy, seq.want_generation, seq.generating = True, False, False
+            seq.stop_requested = False
+            self._touch(seq)
+
+    def stop(self, key: int | None = None) -> None:
+        """Stop one sequence or all; safe from any thread, effective within one micro-batch."""
+        targets = (
+            list(self._seqs.values()) if key is None else [s for s in [self._seqs.get(key)] if s]
+        )
+        hit = False
+        for seq in targets:
+            if seq.busy:
+                seq.stop_requested = True
+                hit = True
+        if hit and self.context is not None:
+            self.context.abort_requested = True
+
+    def complete(
+        self,
+        key: int,
+        params: SamplingParams | None = None,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> Completion:
+        """Start ``key`` and run steps until it finishes (other sequences advance too)."""
+        self.start(key, params)
+        return self.run_until_done(key, on_event)
+
+    def run_until_done(
+        self, key: int, on_event: Callable[[Event], None] | None = None
+    ) -> Completion:
+        seq = self._seq(key)
+        while seq.busy:
+            for event in self.step():
+                if on_event is not None:
+                    on_event(event)
+        return seq.completion
+
+    def chat(
+        self, messages: list[Message], params: SamplingParams | None = None, key: int | None = None
+    ) -> Completion:
+        """One chat turn: render, process the new suffix, generate the reply."""
+        if key is None:
+            key = self.open_sequence()
+        self.set_chat(
+            key, messages, reserve=(params.max_tokens if params and params.max_tokens > 0 else None)
+        )
+        return self.complete(key, params)
+
+    # ---------------------------------------------------------------- the scheduler
+
+    def step(self) -> list[Event]:
+        """One batched decode over every busy sequence. Returns what happened."""
+        events: list[Event] = []
+        ctx = self._need_ctx()
+        ctx.abort_requested = False
+        for seq in self._seqs.values():
+            if seq.busy and seq.stop_requested:
+                self._finish(seq, "aborted", events)
+        busy = [s for s in self._seqs.values() if s.busy]
+        if not busy:
+            return events
+        for seq in sorted(busy, key=lambda s: s.seq_id is None):
+            self._ensure_resident(seq, events, protect={s.key for s in busy})
+        for attempt in range(6):
+            spans = self._build_batch(events)
+            if not spans:
+                return events
+            started = time.perf_counter()
+            result = ctx.decode()
+            elapsed_ms = (time.perf_counter() - started) * 1000.0
+            if result.ok:
+                self._after_decode(spans, elapsed_ms, events)
+                return events
+            self._recover(spans, result.code, attempt, events)
+            if result.aborted or result.code < 0:
+                return events
+        return events
+
+    def _build_batch(self, events: list[Event]) -> list[tuple[_Seq, list[int], int | None]]:
+        ctx = self._need_ctx()
+        batch = ctx.batch
+        batch.clear()
+        spans: list[tuple[_Seq, list[int], int | None]] = []
+        resident = [s for s in self._seqs.values() if s.busy and s.seq_id is not None and s.pending]
+        generating = [s for s in resident if s.generating]
+        prefilling = [s for s in resident if not s.generating]
+        # Rotate the order of prefilling sequences so that one long prompt cannot starve others.
+        if prefilling:
+            self._rotation = (self._rotation + 1) % len(prefilling)
+            prefilling = prefilling[self._rotation :] + prefilling[: self._rotation]
+        for seq in generating + prefilling:
+            if batch.free == 0:
+                break
+            if not self._make_room(seq, min(len(seq.pending), batch.free), events):
+                continue
+            chunk = seq.pending[: batch.free]
+            completes = len(chunk) == len(seq.pending)
+            want_logits = completes and seq.want_generation
+            assert seq.seq_id is not None
+            index = batch.add_span(chunk, len(seq.tokens), seq.seq_id, want_logits)
+            spans.append((seq, chunk, index if want_logits else None))
+        return spans
+
+    def _after_decode(
+        self,
+        spans: list[tuple[_Seq, list[int], int | None]],
+        elapsed_ms: float,
+        events: list[Event],
+    ) -> None:
+        ctx = self._need_ctx()
+        now = time.perf_counter()
+        for seq, chunk, index in spans:
+            seq.tokens.extend(chunk)
+            del seq.pending[: len(chunk)]
+            if not seq.generating:
+                seq.prompt_done += len(chunk)
+                seq.completion.prompt_ms += elapsed_ms
+                events.append(PromptProgress(seq.key, seq.prompt_done, seq.prompt_total))
+                if not seq.pending and not seq.want_generation:
+                    seq.busy = False
+                    events.append(Finished(seq.key, seq.completion))
+                    continue
+            if index is None:
+                continue
+            if not seq.generating:
+                seq.generating = True
+                seq.t_gen_start = now
+            assert seq.sampler is not None and seq.params is not None
+            token = seq.sampler.sample(ctx.handle, index)
+            self._on_token(seq, token, events)
+
+    def _on_token(self, seq: _Seq, token: int, events: list[Event]) -> None:
+        model = self._need_model()
+        params = seq.params
+        assert params is not None
+        seq.pending = [
+            token
+        ]  # decoded next step; kept when finishing, so a resume continues exactly
+        if model.is_eog(token):
+            self._finish(seq, "eog", events)
+            return
+        seq.completion.tokens.append(token)
+        text = seq.stopper.feed(seq.utf8.feed(model.piece(token)))
+        if text:
+            seq.completion.text += text
+            events.append(TokenText(seq.key, text, token))
+        if seq.stopper.stopped is not None:
+            self._finish(seq, "stop", events)
+        elif 0 < params.max_tokens <= len(seq.completion.tokens):
+            self._finish(seq, "length", events)
+
+    def _finish(
+        self, seq: _Seq, reason: str, events: list[Event], error: str | None = None
+    ) -> None:
+        if reason != "stop":
+            tail = seq.stopper.feed(seq.utf8.flush()) + seq.stopper.flush()
+            if tail:
+                seq.completion.text += tail
+                events.append(TokenText(seq.key, tail, -1))
+        if seq.generating:
+            seq.completion.gen_ms = (time.perf_counter() - seq.t_gen_start) * 1000.0
+        seq.completion.finish_reason = reason
+        seq.completion.error = error
+        seq.busy = seq.generating = seq.want_generation = False
+        seq.stop_requested = False
+        self._touch(seq)
+        if error is not None:
+            events.append(SequenceFailed(seq.key, error))
+        events.append(Finished(seq.key, seq.completion))
+
+    def _recover(
+        self,
+        spans: list[tuple[_Seq, list[int], int | None]],
+        code: int,
+        attempt: int,
+        events: list[Event],
+    ) -> None:
+        """After a failed decode, make the bookkeeping match the cache, then make room."""
+        ctx = self._need_ctx()
+        for seq, chunk, _ in spans:
+            assert seq.seq_id is not None
+            # Aborted or fatal decodes keep the micro-batches that finished: count them in.
+            held = ctx.seq_pos_max(seq.seq_id) + 1
+            done = max(0, min(len(chunk), held - len(seq.tokens)))
+            if held > len(seq.tokens) + done or held < len(seq.tokens):
+                ctx.seq_rm(seq.seq_id, len(seq.tokens) + done, -1)
+            if done:
+                seq.tokens.extend(chunk[:done])
+                del seq.pending[:done]
+                if not seq.generating:
+                    seq.prompt_done += done
+        if code == 2:
+            log.info("decode aborted (stop requested)")
+            return
+        if code < 0:
+            message = f"llama.cpp failed to process the batch (error {code}). The sequence was stopped; try again."
+            for seq, _, _ in spans:
+                self._finish(seq, "error", events, message)
+            return
+        # code 1: no free KV cells for the batch. Free idle sequences first, then shift.
+        idle = sorted(
+            (s for s in self._seqs.values() if not s.busy and s.seq_id is not None and s.tokens),
+            key=lambda s: s.last_used,
+        )
+        if idle:
+            self._evict(idle[0], events)
+            return
+        if attempt < 2 and len(spans) > 1:
+            return  # the next attempt may fit once generation tokens are alone... try shifting
+        largest = max((s for s, _, _ in spans), key=lambda s: len(s.tokens))
+        if not self._shift(largest, max(1, len(largest.tokens) // 2), events):
+            self._finish(
+                largest,
+                "context_full",
+                events,
+                "The context is full: the cache has no room left. Close some tabs or raise the context size.",
+            )
+
+    # ---------------------------------------------------------------- context room
+
+    def _make_room(self, seq: _Seq, n_new: int, events: list[Event]) -> bool:
+        """Make sure ``n_new`` more tokens fit in this sequence's share of the context."""
+        limit = self.n_ctx_seq
+        if len(seq.tokens) + n_new <= limit:
+            return True
+        if self.context_full_policy == "shift" and seq.generating:
+            need = len(seq.tokens) + n_new - limit
+            if self._shift(seq, need, events):
+                return True
+        self._finish(
+            seq,
+            "context_full",
+            events,
+            None
+            if seq.generating
+            else "The prompt does not fit in the context; raise the context size.",
+        )
+        return False
+
+    def _message_boundaries(self, seq: _Seq) -> list[int]:
+        """Token offsets where messages start in the cache, for cutting at whole messages."""
+        if not seq.messages:
+            return []
+        model = self._need_model()
+        head = seq.messages[:1] if seq.messages[0].get("role") == "system" else []
+        body = seq.messages[len(head) + seq.n_dropped :]
+        bounds = []
+        for i in range(1, len(body) + 1):
+            text = self.render_chat(head + body[:i], False)
+            toks = model.tokenize(text, add_special=True, parse_special=True)
+            n = _common_prefix(toks, seq.tokens)
+            if n == len(toks):
+                bounds.append(n)
+            else:
+                break
+        return bounds
+
+    def _shift(self, seq: _Seq, need: int, events: list[Event]) -> bool:
+        """Drop the oldest tokens after the system prompt: ``seq_rm`` then ``seq_add``.
+
+        Frees at least ``need`` cells, at least half of what follows the kept prefix, and
+        cuts at a message boundary when the sequence came from a chat.
+        """
+        ctx = self._need_ctx()
+        n_keep = min(seq.n_keep, len(seq.tokens))
+        movable = len(seq.tokens) - n_keep
+        target = max(need, movable // 2)
+        if target > movable or movable <= 0:
+            return False
+        n_discard = target
+        bounds = [b - n_keep for b in self._message_boundaries(seq) if b - n_keep >= target]
+        dropped_messages = 0
+        if bounds and bounds[0] < movable:
+            n_discard = bounds[0]
+            dropped_messages = 1 + len(
+                [b for b in self._message_boundaries(seq) if 0 < b - n_keep < target]
+            )
+        assert seq.seq_id is not None
+        sid = seq.seq_id
+        if ctx.can_shift:
+            if seq.maybe_shared:
+                self._make_physical(seq)
+            ctx.seq_rm(sid, n_keep, n_keep + n_discard)
+            ctx.seq_add(sid, n_keep + n_discard, -1, -n_discard)
+            seq.tokens = seq.tokens[:n_keep] + seq.tokens[n_keep + n_discard :]
+        else:  # re-process what is kept after the system prompt
+            kept = seq.tokens[n_keep + n_discard :]
+            ctx.seq_rm(sid, n_keep, -1)
+            seq.tokens = seq.tokens[:n_keep]
+            seq.pending = kept + seq.pending
+        seq.n_dropped += dropped_messages
+        events.append(ContextShifted(seq.key, n_discard, n_keep))
+        return True
+
+    def _make_physical(self, seq: _Seq) -> None:
+        """Give a forked sequence cells of its own, so a shift cannot move its partner's."""
+        ctx = self._need_ctx()
+        assert seq.seq_id is not None
+        blob = ctx.state_get(seq.seq_id)
+        ctx.seq_rm(seq.seq_id, -1, -1)
+        if not ctx.state_set(seq.seq_id, blob):
+            seq.pending = seq.tokens + seq.pending
+            seq.tokens = []
+        seq.maybe_shared = False
+
+    # ---------------------------------------------------------------- residency
+
+    def _assign_slot(self, seq: _Seq, events: list[Event], protect: set[int]) -> None:
+        ctx = self._need_ctx()
+        used = {s.seq_id for s in self._seqs.values() if s.seq_id is not None}
+        free = [i for i in range(ctx.n_seq_max) if i not in used]
+        if not free:
+            victims = sorted(
+                (
+                    s
+                    for s in self._seqs.values()
+                    if s.seq_id is not None and not s.busy and s.key not in protect
+                ),
+                key=lambda s: s.last_used,
+            )
+            if not victims:
+                return
+            self._evict(victims[0], events)
+            free = [victims[0].seq_id] if victims[0].seq_id is not None else []
+            used = {s.seq_id for s in self._seqs.values() if s.seq_id is not None}
+            free = [i for i in range(ctx.n_seq_max) if i not in used]
+        seq.seq_id = free[0]
+        ctx.seq_rm(seq.seq_id, -1, -1)
+
+    def _ensure_resident(
+        self, seq: _Seq, events: list[Event], protect: set[int] | None = None
+    ) -> None:
+        if seq.seq_id is not None:
+            return
+        self._assign_slot(seq, events, protect or {seq.key})
+        if seq.seq_id is None:
+            return  # every slot is busy: this sequence waits for one
+        parked, seq.parked = seq.parked, None
+        if parked is not None and not self._restore_into(seq, parked):
+            seq.pending = seq.tokens + seq.pending
+            seq.tokens = []
+        elif parked is None and seq.tokens:
+            seq.pending = seq.tokens + seq.pending
+            seq.tokens = []
+        if seq.cut_after_restore is not None:
+            self._truncate(seq, seq.cut_after_restore)
+            seq.cut_after_restore = None
+
+    def _restore_into(self, seq: _Seq, state: SequenceState) -> bool:
+        ctx = self._need_ctx()
+        assert seq.seq_id is not None
+        try:
+            state.check_compatible(self.model_fingerprint, self._layout())
+        except StateError as exc:
+            log.info("state of sequence %d refused: %s", seq.key, exc)
+            return False
+        if len(state.tokens) >= self.n_ctx_seq:
+            return False
+        if not ctx.state_set(seq.seq_id, state.blob):
+            ctx.seq_rm(seq.seq_id, -1, -1)
+            return False
+        if ctx.seq_pos_max(seq.seq_id) + 1 != len(state.tokens):
+            ctx.seq_rm(seq.seq_id, -1, -1)
+            return False
+        seq.tokens = list(state.tokens)
+        return True
+
+    def _evict(self, seq: _Seq, events: list[Event]) -> None:
+        ctx = self._need_ctx()
+        assert seq.seq_id is not None
+        seq.parked = self._state_of(seq) if seq.tokens else None
+        ctx.seq_rm(seq.seq_id, -1, -1)
+        seq.seq_id = None
+        seq.maybe_shared = False
+        events.append(Evicted(seq.key))
+
+    def _require_idle(self, seq: _Seq) -> None:
+        if seq.busy:
+            raise EngineError("This conversation is still generating; stop it first.")
+
+    # ---------------------------------------------------------------- state
+
+    def _layout(self) -> dict[str, Any]:
+        layout = self._need_ctx().settings.layout_key()
+        layout["n_ctx_train"] = self._need_model().n_ctx_train
+        return layout
+
+    def _state_of(self, seq: _Seq) -> SequenceState:
+        ctx = self._need_ctx()
+        assert seq.seq_id is not None
+        return SequenceState(
+            model_fingerprint=self.model_fingerprint,
+            layout=self._layout(),
+            tokens=list(seq.tokens),
+            blob=ctx.state_get(seq.seq_id),
+            pending=list(seq.pending),
+            n_keep=seq.n_keep,
+            extra={"n_dropped": seq.n_dropped},
+        )
+
+    def save_state(self, key: int) -> bytes:
+        """The sequence's cache with our verified header (see :mod:`app.engine.state_file`)."""
+        seq = self._seq(key)
+        self._require_idle(seq)
+        if seq.seq_id is None:
+            if seq.parked is None:
+                state = SequenceState(
+                    self.model_fingerprint, self._layout(), [], b"", list(seq.tokens + seq.pending)
+                )
+                return state.to_bytes()
+            parked = seq.parked
+            if seq.cut_after_restore is not None:
+                self._ensure_resident(seq, [])
+                if seq.seq_id is None:
+                    raise StateError("No free sequence slot to save this state from.")
+                return self._state_of(seq).to_bytes()
+            return SequenceState(
+                parked.model_fingerprint,
+                parked.layout,
+                parked.tokens,
+                parked.blob,
+                list(seq.pending),
+                seq.n_keep,
+                {"n_dropped": seq.n_dropped},
+            ).to_bytes()
+        return self._state_of(seq).to_bytes()
+
+    def save_state_file(self, key: int, path: str | os.PathLike[str]) -> int:
+        data = self.save_state(key)
+        write_atomic(path, data)
+        return len(data)
+
+    def restore_state(self, key: int, data: bytes) -> bool:
+        """Load a saved state into ``key``. False when refused (the caller re-processes text).
+
+        Everything is checked before llama.cpp sees the blob: envelope, checksums, model
+        fingerprint, cache layout, size. When the blob is refused but its token list is
+        trustworthy (same model), the tokens are queued for re-processing instead.
+        """
+        seq = self._seq(key)
+        self._require_idle(seq)
+        try:
+            state = SequenceState.from_bytes(data)
+        except StateError as exc:
+            log.warning("refused a saved state: %s", exc)
+            return False
+        same_model = state.model_fingerprint == self.model_fingerprint
+        self._check_tokens(state.tokens + state.pending) if same_model else None
+        self.clear_sequence(key)
+        seq.n_keep = state.n_keep
+        seq.n_dropped = int(state.extra.get("n_dropped", 0))
+        if not state.blob:
+            if same_model:
+                seq.pending = list(state.tokens + state.pending)
+            return False
+        self._ensure_resident(seq, [], protect={key})
+        if seq.seq_id is None:
+            seq.parked = state  # restored when a slot frees up
+            seq.tokens = list(state.tokens)
+            seq.pending = list(state.pending)
+            return same_model and state.layout == self._layout()
+        if self._restore_into(seq, state):
+            seq.pending = list(state.pending)
+            return True
+        if same_model and len(state.tokens) + len(state.pending) < self.n_ctx_seq:
+            seq.pending = list(state.tokens + state.pending)
+        return False
+
+    def restore_state_file(self, key: int, path: str | os.PathLike[str]) -> bool:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            log.warning("cannot read state file %s: %s", path, exc)
+            return False
+        return self.restore_state(key, data)
+
+    def parked_state(self, key: int) -> bytes | None:
+        """The state of an evicted sequence, for the caller to persist."""
+        seq = self._seq(key)
+        return self.save_state(key) if seq.parked is not None else None
+
+    # ---------------------------------------------------------------- settings
+
+    def set_threads(self, n_threads: int, n_threads_batch: int | None = None) -> None:
+        ctx = self._need_ctx()
+        trial = ContextSettings(
+            **{
+                **ctx.settings.to_dict(),
+                "n_threads": n_threads,
+                "n_threads_batch": n_threads_batch or n_threads,
+            }
+        )
+        trial.validate()
+        ctx.set_threads(trial.n_threads, trial.n_threads_batch)
+
+    def reconfigure(self, settings: ContextSettings) -> None:
+        """Apply new context settings, rebuilding the context only when needed.
+
+        Every sequence is kept: its cache is saved, the context rebuilt, and the cache
+        restored; where the layout changed (KV type, RoPE...) its text is re-processed.
+        """
+        ctx = self._need_ctx()
+        model = self._need_model()
+        settings.validate(model.info)
+        if not ctx.settings.needs_rebuild(settings):
+            ctx.set_threads(settings.n_threads, settings.n_threads_batch)
+            return
+        if self.has_work():
+            raise EngineError("Stop generation in every tab before changing these settings.")
+        old_settings = ctx.settings
+        resident = sorted(
+            (s for s in self._seqs.values() if s.seq_id is not None), key=lambda s: -s.last_used
+        )
+        for seq in resident:
+            seq.parked = self._state_of(seq) if seq.tokens else None
+            seq.seq_id = None
+            seq.maybe_shared = False
+        ctx.close()
+        self.context = None
+        try:
+            self.context = Context(model, settings)
+        except ContextError:
+            self.context = Context(model, old_settings)
+            self._restore_resident(resident)
+            raise
+        self._restore_resident(resident)
+
+    def _restore_resident(self, resident: list[_Seq]) -> None:
+        ctx = self._need_ctx()
+        layout = self._layout()
+        for seq in self._seqs.values():
+            if seq.parked is not None and (
+                seq.parked.layout != layout or len(seq.parked.tokens) >= ctx.n_ctx_seq
+            ):
+                seq.pending = (
+                    seq.parked.tokens + seq.pending
+                    if len(seq.parked.tokens) < ctx.n_ctx_seq
+                    else []
+                )
+                seq.tokens, seq.parked = [], None
+        for seq in resident[: ctx.n_seq_max]:
+            if seq.parked is not None:
+                self._ensure_resident(seq, [], protect={seq.key})
+
+    # ---------------------------------------------------------------- whole context
+
+    def save_context_state(self) -> bytes:
+        """Every resident sequence at once (``llama_state_get_data``) with our header."""
+        ctx = self._need_ctx()
+        seqs = {
+            str(s.key): {
+                "seq_id": s.seq_id,
+                "tokens": s.tokens,
+                "pending": s.pending,
+                "n_keep": s.n_keep,
+            }
+            for s in self._seqs.values()
+            if s.seq_id is not None
+        }
+        state = SequenceState(
+            self.model_fingerprint,
+            {**self._layout(), "n_ctx": ctx.n_ctx, "n_seq_max": ctx.n_seq_max},
+            [],
+            ctx.full_state_get(),
+            extra={"sequences": seqs},
+        )
+        return state.to_bytes()
+
+    def restore_context_state(self, data: bytes) -> list[int]:
+        """Restore a whole-context save; returns the keys of the restored sequences."""
+        ctx = self._need_ctx()
+        if self.has_work():
+            raise EngineError("Stop generation before restoring a saved context.")
+        state = SequenceState.from_bytes(data)
+        state.check_compatible(
+            self.model_fingerprint,
+            {**self._layout(), "n_ctx": ctx.n_ctx, "n_seq_max": ctx.n_seq_max},
+        )
+        for key in list(self._seqs):
+            self.close_sequence(key)
+        if not ctx.full_state_set(state.blob):
+            ctx.clear()
+            raise StateError("llama.cpp refused the saved context.")
+        keys = []
+        for info in state.extra.get("sequences", {}).values():
+            key = self.open_sequence()
+            seq = self._seqs[key]
+            seq.seq_id, seq.tokens, seq.pending, seq.n_keep = (
+                int(info["seq_id"]),
+                list(info["tokens"]),
+                list(info["pending"]),
+                int(info["n_keep"]),
+            )
+            keys.append(key)
+        return keys
+
+    # ---------------------------------------------------------------- embeddings
+
+    def embed(self, texts: list[str], normalize: bool = True) -> list[np.ndarray]:
+        """Pooled embeddings, one per text (the context must have embeddings enabled)."""
+        ctx = self._need_ctx()
+        model = self._need_model()
+        if not ctx.settings.embeddings:
+            raise EngineError("Embeddings need a context created with embeddings enabled.")
+        if self.has_work():
+            raise EngineError("Stop generation before computing embeddings.")
+        import llama_cpp
+
+        n_embd = int(llama_cpp.llama_model_n_embd(model.handle))
+        results = []
+        scratch = self.open_sequence()
+        try:
+            seq = self._seqs[scratch]
+            self._ensure_resident(seq, [], protect={scratch})
+            if seq.seq_id is None:
+                raise EngineError("No free sequence slot for embeddings.")
+            for text in texts:
+                tokens = model.tokenize(text, add_special=True, parse_special=False)
+                if not tokens:
+                    raise EngineError("Cannot embed empty text.")
+                if len(tokens) > min(ctx.n_batch, ctx.n_ctx_seq):
+                    raise ContextFullError(
+                        f"The text is {len(tokens)} tokens; embeddings take at most {ctx.n_batch} at once."
+                    )
+                ctx.batch.clear()
+                ctx.batch.add_span(tokens, 0, seq.seq_id, True)
+                ctx.batch._logits[: ctx.batch.n] = 1
+                result = ctx.decode()
+                if not result.ok:
+                    raise EngineError(
+                        f"llama.cpp could not compute the embedding (error {result.code})."
+                    )
+                vector = ctx.embeddings_seq(seq.seq_id, n_embd)
+                ctx.seq_rm(seq.seq_id, -1, -1)
+                if normalize:
+                    norm = float(np.linalg.norm(vector))
+                    vector = vector / norm if norm > 0 else vector
+                results.append(vector)
+        finally:
+            self.close_sequence(scratch)
+        return results
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    # Compare in blocks first: conversations share thousands of tokens.
+    while i + 256 <= n and a[i : i + 256] == b[i : i + 256]:
+        i += 256
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

@@ -1,0 +1,204 @@
+"""A loaded GGUF model: weights, vocabulary and tokenization.
+
+Only this module and :mod:`app.engine.context` call llama.cpp's model functions; the
+rest of the engine works with token ids and Python strings.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import llama_cpp
+
+from app.engine import llama_log
+from app.engine.errors import ModelLoadError
+from app.engine.metadata import ModelInfo, check_gguf_file, fingerprint, read_model_info
+from app.engine.settings import ModelSettings
+
+log = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[float], bool]
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+def ensure_backend() -> None:
+    """Initialise llama.cpp once per process and route its log to ``logging``."""
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            llama_log.install()
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+
+
+class Model:
+    """Owns a ``llama_model``; free it with :meth:`close` (contexts first)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        settings: ModelSettings | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> None:
+        ensure_backend()
+        settings = settings or ModelSettings()
+        settings.validate()
+        p = check_gguf_file(path)
+        # Reading the header first turns truncated or malformed files into clear errors
+        # before llama.cpp parses them (and gives the metadata the UI shows).
+        self.info: ModelInfo = read_model_info(p)
+        if self.info.n_vocab == 0:
+            raise ModelLoadError(
+                f"{p.name} has no vocabulary (tokenizer.ggml.tokens is missing), so it cannot be used for chat."
+            )
+        if self.info.n_params == 0:
+            raise ModelLoadError(
+                f"{p.name} holds only a vocabulary, no weights (a vocab-only file). Choose the full model file."
+            )
+        self.path = p
+        self.settings = settings
+        self._cancelled = False
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = settings.n_gpu_layers
+        if settings.use_mmap:
+            params.load_mode = (
+                llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK
+                if settings.use_mlock
+                else llama_cpp.LLAMA_LOAD_MODE_MMAP
+            )
+        else:
+            params.load_mode = (
+                llama_cpp.LLAMA_LOAD_MODE_MLOCK
+                if settings.use_mlock
+                else llama_cpp.LLAMA_LOAD_MODE_NONE
+            )
+
+        def on_progress(fraction: float, _data: ctypes.c_void_p) -> bool:
+            if progress is None:
+                return True
+            try:
+                keep_going = bool(progress(float(fraction)))
+            except Exception:  # an exception must not cross into C
+                log.exception("model load progress callback failed")
+                keep_going = True
+            if not keep_going:
+                self._cancelled = True
+            return keep_going
+
+        # Keep the ctypes callback referenced for the whole load: if it were collected,
+        # llama.cpp would call freed memory.
+        self._progress_cb = llama_cpp.llama_progress_callback(on_progress)
+        params.progress_callback = self._progress_cb
+        llama_log.clear()
+        handle = llama_cpp.llama_model_load_from_file(str(p).encode("utf-8"), params)
+        if not handle:
+            if self._cancelled:
+                raise ModelLoadError(f"Loading {p.name} was cancelled.")
+            raise ModelLoadError(_load_failure_message(p, self.info))
+        self.handle = handle
+        self.vocab = llama_cpp.llama_model_get_vocab(handle)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+        self.bos = int(llama_cpp.llama_vocab_bos(self.vocab))
+        self.eos = int(llama_cpp.llama_vocab_eos(self.vocab))
+        self.has_encoder = bool(llama_cpp.llama_model_has_encoder(handle))
+        self.has_decoder = bool(llama_cpp.llama_model_has_decoder(handle))
+        self.size_bytes = int(llama_cpp.llama_model_size(handle))
+        self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(handle))
+        self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
+        self._fingerprint: str | None = None
+
+    # -- identity -------------------------------------------------------------------------
+
+    @property
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint(self.path)
+        return self._fingerprint
+
+    # -- tokens ---------------------------------------------------------------------------
+
+    def tokenize(
+        self, text: str, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        while True:
+            buf = (llama_cpp.llama_token * capacity)()
+            n = llama_cpp.llama_tokenize(
+                self.vocab, data, len(data), buf, capacity, add_special, parse_special
+            )
+            if n >= 0:
+                return list(buf[:n])
+            if n == -(2**31):  # INT32_MIN: the result would overflow int32
+                raise ModelLoadError("The text is too long to tokenize.")
+            capacity = -n
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes a token stands for (may be part of a UTF-8 character)."""
+        if not special:
+            cached = self._pieces.get(token)
+            if cached is not None:
+                return cached
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+        data = buf.raw[:n]
+        if not special:
+            self._pieces[token] = data
+        return data
+
+    def detokenize(self, tokens: list[int], special: bool = False) -> str:
+        return b"".join(self.piece(t, special) for t in tokens).decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        cached = self._eog.get(token)
+        if cached is None:
+            cached = self._eog[token] = bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+        return cached
+
+    def valid_token(self, token: int) -> bool:
+        return 0 <= token < self.n_vocab
+
+    def close(self) -> None:
+        handle = getattr(self, "handle", None)
+        if handle:
+            llama_cpp.llama_model_free(handle)
+            self.handle = None
+
+    def __del__(self) -> None:  # a forgotten close must not leak gigabytes
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _load_failure_message(path: Path, info: ModelInfo) -> str:
+    said = " ".join(llama_log.recent_errors(2))
+    lowered = said.lower()
+    if "unknown model architecture" in lowered:
+        return (
+            f"{path.name} uses the model architecture '{info.architecture}', which this version of "
+            "llama.cpp does not support. Update LlamaDesk or choose another model."
+        )
+    if (
+        "missing tensor" in lowered
+        or "wrong shape" in lowered
+        or "wrong number of tensors" in lowered
+    ):
+        detail = said.split("llama_model_load:")[-1].strip() or said
+        return f"{path.name} is incomplete or damaged ({detail}). Download or copy it again."
+    if "failed to allocate" in lowered or "out of memory" in lowered:
+        return f"There is not enough memory to load {path.name}. Close other programs or choose a smaller model."
+    detail = f" llama.cpp said: {said}" if said else ""
+    return f"llama.cpp could not load {path.name}.{detail}"

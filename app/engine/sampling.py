@@ -1,0 +1,90 @@
+"""One llama.cpp sampler chain per sequence.
+
+The chain has state (penalty history, the RNG, the grammar's parse state), so it belongs to
+its sequence; after a restore it is rebuilt and fed the recent tokens again.
+"""
+
+from __future__ import annotations
+
+import llama_cpp
+
+from app.engine.errors import ContextError
+from app.engine.settings import SamplingParams
+
+
+class Sampler:
+    def __init__(
+        self, vocab: llama_cpp.llama_vocab_p, n_vocab: int, params: SamplingParams
+    ) -> None:
+        params.validate()
+        self.params = params
+        chain_params = llama_cpp.llama_sampler_chain_default_params()
+        chain_params.no_perf = True
+        chain = llama_cpp.llama_sampler_chain_init(chain_params)
+        self.handle = chain
+        try:
+            if params.grammar:
+                grammar = llama_cpp.llama_sampler_init_grammar(
+                    vocab, params.grammar.encode("utf-8"), b"root"
+                )
+                if not grammar:
+                    raise ContextError(
+                        "The grammar is not valid GBNF (llama.cpp could not parse it); check its 'root' rule."
+                    )
+                llama_cpp.llama_sampler_chain_add(chain, grammar)
+            if (
+                params.repeat_penalty != 1.0
+                or params.frequency_penalty != 0.0
+                or params.presence_penalty != 0.0
+            ):
+                llama_cpp.llama_sampler_chain_add(
+                    chain,
+                    llama_cpp.llama_sampler_init_penalties(
+                        n_vocab,
+                        params.repeat_last_n,
+                        params.repeat_penalty,
+                        params.frequency_penalty,
+                        params.presence_penalty,
+                    ),
+                )
+            if params.greedy:
+                llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+            else:
+                if params.top_k > 0:
+                    llama_cpp.llama_sampler_chain_add(
+                        chain, llama_cpp.llama_sampler_init_top_k(params.top_k)
+                    )
+                if params.top_p < 1.0:
+                    llama_cpp.llama_sampler_chain_add(
+                        chain, llama_cpp.llama_sampler_init_top_p(params.top_p, 1)
+                    )
+                if params.min_p > 0.0:
+                    llama_cpp.llama_sampler_chain_add(
+                        chain, llama_cpp.llama_sampler_init_min_p(params.min_p, 1)
+                    )
+                llama_cpp.llama_sampler_chain_add(
+                    chain, llama_cpp.llama_sampler_init_temp(params.temperature)
+                )
+                seed = llama_cpp.LLAMA_DEFAULT_SEED if params.seed < 0 else params.seed
+                llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(seed))
+        except BaseException:
+            self.close()
+            raise
+
+    def sample(self, ctx: llama_cpp.llama_context_p, batch_index: int) -> int:
+        """Sample from the logits of ``batch_index`` and accept the token into the chain."""
+        return int(llama_cpp.llama_sampler_sample(self.handle, ctx, batch_index))
+
+    def accept(self, token: int) -> None:
+        llama_cpp.llama_sampler_accept(self.handle, token)
+
+    def close(self) -> None:
+        if self.handle:
+            llama_cpp.llama_sampler_free(self.handle)
+            self.handle = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

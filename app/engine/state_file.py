@@ -1,0 +1,143 @@
+"""Our envelope around llama.cpp's per-sequence state blob.
+
+llama.cpp restores a blob with flipped bytes without complaint (and then generates from a
+poisoned cache), and accepts a blob from another model of the same shape. So every blob is
+wrapped with what it needs to be trusted, and checked before llama.cpp sees it:
+
+    magic (8) | format version (u32) | header length (u32) | header hash (16) | header JSON | blob
+
+The header holds the model fingerprint, the cache-layout settings, the token list the cells
+hold, the tokens still to process, and the blob's size and hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.engine.errors import StateError
+
+MAGIC = b"LDKVSEQ\x00"
+VERSION = 1
+_FIXED = struct.Struct("<8sII16s")
+
+
+def _digest(data: bytes | memoryview) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+@dataclass
+class SequenceState:
+    """A sequence's cache, with everything needed to check it before restoring."""
+
+    model_fingerprint: str
+    layout: dict[str, Any]
+    tokens: list[int]
+    blob: bytes
+    pending: list[int] = field(default_factory=list)
+    n_keep: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        header = {
+            "model_fingerprint": self.model_fingerprint,
+            "layout": self.layout,
+            "tokens": self.tokens,
+            "pending": self.pending,
+            "n_keep": self.n_keep,
+            "blob_size": len(self.blob),
+            "blob_hash": _digest(self.blob).hex(),
+            "extra": self.extra,
+        }
+        raw = json.dumps(header, separators=(",", ":"), sort_keys=True).encode("utf-8")
+        return _FIXED.pack(MAGIC, VERSION, len(raw), _digest(raw)) + raw + self.blob
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SequenceState:
+        """Parse and verify; raises :class:`StateError` naming what is wrong."""
+        view = memoryview(data)
+        if len(view) < _FIXED.size:
+            raise StateError("The saved state is truncated (shorter than its header).")
+        magic, version, header_len, header_hash = _FIXED.unpack_from(view)
+        if magic != MAGIC:
+            raise StateError("The file is not a LlamaDesk sequence state.")
+        if version != VERSION:
+            raise StateError(
+                f"The saved state has format version {version}; this LlamaDesk reads version {VERSION}."
+            )
+        start = _FIXED.size
+        if len(view) < start + header_len:
+            raise StateError("The saved state is truncated (its header is incomplete).")
+        raw = bytes(view[start : start + header_len])
+        if _digest(raw) != header_hash:
+            raise StateError("The saved state's header is damaged (checksum mismatch).")
+        try:
+            header = json.loads(raw)
+        except ValueError as exc:
+            raise StateError("The saved state's header cannot be read.") from exc
+        blob = bytes(view[start + header_len :])
+        if len(blob) != header.get("blob_size"):
+            raise StateError(
+                f"The saved state is truncated: {len(blob):,} of {header.get('blob_size'):,} bytes of cache data."
+            )
+        if _digest(blob).hex() != header.get("blob_hash"):
+            raise StateError("The saved cache data is damaged (checksum mismatch).")
+        tokens = header.get("tokens")
+        pending = header.get("pending", [])
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens + pending):
+            raise StateError("The saved state's token list is invalid.")
+        return cls(
+            model_fingerprint=str(header.get("model_fingerprint", "")),
+            layout=dict(header.get("layout") or {}),
+            tokens=tokens,
+            blob=blob,
+            pending=pending,
+            n_keep=int(header.get("n_keep", 0)),
+            extra=dict(header.get("extra") or {}),
+        )
+
+    def check_compatible(self, model_fingerprint: str, layout: dict[str, Any]) -> None:
+        if self.model_fingerprint != model_fingerprint:
+            raise StateError("The saved state belongs to another model file.")
+        if self.layout != layout:
+            changed = sorted(
+                k for k in set(layout) | set(self.layout) if layout.get(k) != self.layout.get(k)
+            )
+            raise StateError(
+                f"The saved state was made with other cache settings ({', '.join(changed)})."
+            )
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a crash leaves either the old file or the new one."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dir_fd = os.open(target.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,131 @@
+"""Tiny GGUF models written on the spot, so tests never download weights.
+
+The models are real llama-architecture files with random weights: llama.cpp loads and
+runs them like any other model, which is all the engine tests need (same greedy tokens in
+a batch as alone, state round trips, shifts...). Text they produce is noise; tests that
+need text that makes sense use the project's demo model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# A small vocabulary of whole words so that prompts tokenize into few tokens and
+# detokenized output contains multi-byte characters split across byte tokens.
+_WORDS = (
+    "the a an and or but if then is are was be to of in on at for with hello world "
+    "chat tab model llama desk token cache state fork stop user assistant system you "
+    "I me my name what how why when where who yes no one two three four five six seven "
+    "eight nine ten . , ! ? : ; - ( ) 0 1 2 3 4 5 6 7 8 9 é ü 日本 語 🦙"
+).split()
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Shape of a generated model. Defaults give a ~0.5 MB model that runs in microseconds."""
+
+    n_embd: int = 64
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_layer: int = 2
+    n_ff: int = 128
+    n_ctx_train: int = 2048
+    seed: int = 0
+    weight_std: float = 0.35
+    chat_template: str | None = CHATML_TEMPLATE
+    architecture: str = "llama"
+    name: str = "tiny-test-llama"
+    vocab_only: bool = False
+
+    def with_seed(self, seed: int) -> TinySpec:
+        return replace(self, seed=seed)
+
+
+def vocabulary() -> tuple[list[str], list[float], list[int]]:
+    """SentencePiece-style vocab: specials, 256 byte tokens, ChatML markers, words."""
+    tokens = ["<unk>", "<s>", "</s>"]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [gguf.TokenType.BYTE] * 256
+    tokens += ["<|im_start|>", "<|im_end|>"]
+    types += [gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    pieces = ["▁", "\n"] + ["▁" + w for w in _WORDS] + list(dict.fromkeys(_WORDS))
+    for piece in pieces:
+        if piece not in tokens:
+            tokens.append(piece)
+            types.append(gguf.TokenType.NORMAL)
+    # Longer pieces score higher so the tokenizer prefers whole words.
+    scores = [
+        0.0 if t != gguf.TokenType.NORMAL else -100.0 + len(tok)
+        for tok, t in zip(tokens, types, strict=True)
+    ]
+    return tokens, scores, [int(t) for t in types]
+
+
+IM_END_ID = 260  # index of "<|im_end|>" in vocabulary()
+
+
+def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
+    """Write a llama GGUF with random weights to ``path`` and return it."""
+    tokens, scores, types = vocabulary()
+    n_vocab = len(tokens)
+    head_dim = spec.n_embd // spec.n_head
+    rng = np.random.default_rng(spec.seed)
+
+    writer = gguf.GGUFWriter(str(path), spec.architecture)
+    writer.add_name(spec.name)
+    writer.add_context_length(spec.n_ctx_train)
+    writer.add_embedding_length(spec.n_embd)
+    writer.add_block_count(spec.n_layer)
+    writer.add_feed_forward_length(spec.n_ff)
+    writer.add_head_count(spec.n_head)
+    writer.add_head_count_kv(spec.n_head_kv)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(IM_END_ID)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    if spec.chat_template is not None:
+        writer.add_chat_template(spec.chat_template)
+
+    def w(*shape: int, std: float = spec.weight_std) -> np.ndarray:
+        return (rng.standard_normal(shape) * std / np.sqrt(shape[-1]) * 8).astype(np.float32)
+
+    if not spec.vocab_only:
+        writer.add_tensor("token_embd.weight", w(n_vocab, spec.n_embd))
+        for i in range(spec.n_layer):
+            p = f"blk.{i}."
+            writer.add_tensor(p + "attn_norm.weight", np.ones(spec.n_embd, np.float32))
+            writer.add_tensor(p + "attn_q.weight", w(spec.n_head * head_dim, spec.n_embd))
+            writer.add_tensor(p + "attn_k.weight", w(spec.n_head_kv * head_dim, spec.n_embd))
+            writer.add_tensor(p + "attn_v.weight", w(spec.n_head_kv * head_dim, spec.n_embd))
+            writer.add_tensor(p + "attn_output.weight", w(spec.n_embd, spec.n_head * head_dim))
+            writer.add_tensor(p + "ffn_norm.weight", np.ones(spec.n_embd, np.float32))
+            writer.add_tensor(p + "ffn_gate.weight", w(spec.n_ff, spec.n_embd))
+            writer.add_tensor(p + "ffn_up.weight", w(spec.n_ff, spec.n_embd))
+            writer.add_tensor(p + "ffn_down.weight", w(spec.n_embd, spec.n_ff))
+        writer.add_tensor("output_norm.weight", np.ones(spec.n_embd, np.float32))
+        writer.add_tensor("output.weight", w(n_vocab, spec.n_embd))
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
