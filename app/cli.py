@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Chat with local GGUF language models. Without a subcommand, opens the window.",
     )
     parser.add_argument("--version", action="version", version=f"LlamaDesk {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log on stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     from app import engine_cli
 
@@ -42,9 +43,18 @@ def _run_gui(args: argparse.Namespace) -> int:
     return run()
 
 
+def _configure_logging(verbose: bool) -> None:
+    """Warnings to stderr; llama.cpp's own chatter only with --verbose."""
+    import logging
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(name)s: %(message)s")
+    logging.getLogger("llama.cpp").setLevel(logging.INFO if verbose else logging.ERROR)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _configure_logging(args.verbose)
     func = getattr(args, "func", None)
     if func is None:
         return _run_gui(args)

@@ -1,0 +1,89 @@
+"""The measurements behind ``llamadesk bench`` (prompt and generation speed, state costs)."""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from app.engine.engine import Engine
+from app.engine.settings import ContextSettings, SamplingParams
+
+
+def _random_tokens(engine: Engine, n: int, seed: int = 0) -> list[int]:
+    """Plain vocabulary tokens (no control tokens) so every model accepts them."""
+    rng = random.Random(seed)
+    model = engine.model
+    assert model is not None
+    ok = [t for t in range(model.n_vocab) if not model.is_eog(t) and t != model.bos][:5000]
+    return [rng.choice(ok) for _ in range(n)]
+
+
+def run_bench(
+    path: Path,
+    tabs: int = 4,
+    n_prompt: int = 512,
+    n_gen: int = 64,
+    n_state: int = 2000,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    n_ctx = max(n_state + 64, n_prompt + n_gen + 16) * max(1, tabs)
+    settings = ContextSettings(n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_seq_max=max(2, tabs + 1))
+    if threads:
+        settings.n_threads = settings.n_threads_batch = threads
+    greedy = SamplingParams(temperature=0.0, max_tokens=n_gen)
+    result: dict[str, Any] = {"model": str(path)}
+    with Engine.open(path, settings) as engine:
+        prompt = _random_tokens(engine, n_prompt)
+        key = engine.open_sequence()
+        engine.set_tokens(key, prompt)
+        t0 = time.perf_counter()
+        engine.prefill(key)
+        while engine.has_work():
+            engine.step()
+        result["prompt_tokens_per_s"] = round(n_prompt / (time.perf_counter() - t0), 2)
+
+        def generate(n_tabs: int) -> float:
+            keys = [engine.open_sequence() for _ in range(n_tabs)]
+            for i, k in enumerate(keys):
+                engine.set_tokens(k, [*prompt[:32], prompt[40 + i]])
+                engine.start(k, greedy)
+            # Exclude the prompt: time from the first generated token on.
+            while any(not engine._seqs[k].generating for k in keys):
+                engine.step()
+            t = time.perf_counter()
+            produced = 0
+            while engine.has_work():
+                produced += sum(1 for e in engine.step() if type(e).__name__ == "TokenText")
+            elapsed = time.perf_counter() - t
+            for k in keys:
+                engine.close_sequence(k)
+            return produced / elapsed if elapsed > 0 else 0.0
+
+        result["gen_tokens_per_s_1_tab"] = round(generate(1), 2)
+        result[f"gen_tokens_per_s_{tabs}_tabs"] = round(generate(tabs), 2)
+
+        long = _random_tokens(engine, n_state, seed=1)
+        k = engine.open_sequence()
+        engine.set_tokens(k, long)
+        t = time.perf_counter()
+        engine.prefill(k)
+        while engine.has_work():
+            engine.step()
+        result["reprocess_s"] = round(time.perf_counter() - t, 4)
+        with tempfile.TemporaryDirectory() as tmp:
+            f = os.path.join(tmp, "state.bin")
+            t = time.perf_counter()
+            size = engine.save_state_file(k, f)
+            result["save_s"] = round(time.perf_counter() - t, 4)
+            result["state_bytes"] = size
+            k2 = engine.open_sequence()
+            t = time.perf_counter()
+            restored = engine.restore_state_file(k2, f)
+            result["restore_s"] = round(time.perf_counter() - t, 4)
+            result["restored"] = restored
+        result["restore_speedup"] = round(result["reprocess_s"] / max(result["restore_s"], 1e-9), 1)
+    return result

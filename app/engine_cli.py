@@ -1,0 +1,289 @@
+"""``llamadesk inspect``, ``run`` and ``bench``: the engine from the command line.
+
+For scripting, tests and benchmarks. Errors are :class:`LlamaDeskError` sentences; the
+dispatcher in :mod:`app.cli` prints them and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from app.errors import LlamaDeskError
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "inspect",
+        help="show a GGUF model's metadata",
+        description="Show a GGUF model's metadata without loading its weights.",
+    )
+    p.add_argument("model", help="path to a .gguf file")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser(
+        "run",
+        help="generate text from a prompt",
+        description="Generate from a prompt. Without --raw the prompt is a user message rendered "
+        "through the model's chat template; with --raw it is tokenized as-is.",
+    )
+    p.add_argument(
+        "model", nargs="?", help="path to a .gguf file (default: the configured or demo model)"
+    )
+    p.add_argument("prompt", nargs="?", default=None, help="the prompt ('-' reads standard input)")
+    p.add_argument(
+        "--raw", action="store_true", help="tokenize the prompt as-is instead of as a chat message"
+    )
+    p.add_argument("--system", metavar="TEXT", help="system prompt (chat mode)")
+    p.add_argument(
+        "-n",
+        "--n-predict",
+        type=int,
+        default=128,
+        metavar="N",
+        help="tokens to generate (default 128)",
+    )
+    p.add_argument(
+        "--temp", type=float, default=0.8, metavar="T", help="temperature; 0 = greedy (default 0.8)"
+    )
+    p.add_argument("--top-k", type=int, default=40, metavar="K")
+    p.add_argument("--top-p", type=float, default=0.95, metavar="P")
+    p.add_argument("--min-p", type=float, default=0.05, metavar="P")
+    p.add_argument("--repeat-penalty", type=float, default=1.0, metavar="R")
+    p.add_argument("--seed", type=int, default=-1, metavar="S", help="-1 = random")
+    p.add_argument(
+        "--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)"
+    )
+    p.add_argument("-t", "--threads", type=int, default=None, metavar="N")
+    p.add_argument(
+        "-c", "--ctx-size", type=int, default=4096, metavar="N", help="context size (default 4096)"
+    )
+    p.add_argument("-b", "--batch-size", type=int, default=512, metavar="N")
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N sequences of the prompt in one batch",
+    )
+    p.add_argument(
+        "--save-session", metavar="FILE", help="write the sequence's state file at the end"
+    )
+    p.add_argument(
+        "--resume-session", metavar="FILE", help="restore a state file and continue from it"
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object with results and timings"
+    )
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "bench",
+        help="measure prompt and generation speed",
+        description="Prompt tokens/s, generation tokens/s for 1 and N tabs, and the time to save, "
+        "restore and re-process a long sequence.",
+    )
+    p.add_argument("model", nargs="?", help="path to a .gguf file (default: the demo model)")
+    p.add_argument("--tabs", type=int, default=4, metavar="N")
+    p.add_argument("--n-prompt", type=int, default=512, metavar="P")
+    p.add_argument("--n-gen", type=int, default=64, metavar="G")
+    p.add_argument(
+        "--n-state",
+        type=int,
+        default=2000,
+        metavar="T",
+        help="tokens in the save/restore test (default 2000)",
+    )
+    p.add_argument("-t", "--threads", type=int, default=None, metavar="N")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
+
+
+def default_model_path() -> Path:
+    """The configured model, else the bundled demo model."""
+    from app import paths
+
+    try:
+        from app.storage.settings import AppSettings, load_settings
+
+        settings = load_settings(AppSettings, paths.settings_path())
+        last = getattr(settings, "last_model_path", None)
+        if last and Path(last).is_file():
+            return Path(last)
+    except Exception:  # settings are a convenience here; the demo model always works
+        pass
+    demo = paths.demo_model_path()
+    if not demo.is_file():
+        raise LlamaDeskError(
+            f"No model given and the demo model is missing ({demo}). Pass a .gguf file."
+        )
+    return demo
+
+
+def _resolve_model_and_prompt(args: argparse.Namespace) -> tuple[Path, str]:
+    model, prompt = args.model, args.prompt
+    if (
+        model is not None
+        and prompt is None
+        and not model.endswith(".gguf")
+        and not Path(model).exists()
+    ):
+        model, prompt = None, model  # `llamadesk run "Hello"` uses the default model
+    path = Path(model) if model else default_model_path()
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    return path, prompt or ""
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from app.engine import read_model_info
+
+    info = read_model_info(args.model)
+    data = info.to_dict()
+    if args.json:
+        print(json.dumps(data, indent=2, ensure_ascii=False))
+        return 0
+    rows = [
+        ("File", info.path),
+        ("Name", info.name or "-"),
+        ("Architecture", info.architecture),
+        ("Parameters", f"{info.params_label} ({info.n_params:,})"),
+        ("Quantization", info.file_type),
+        ("Size", f"{info.size_bytes / 2**20:,.1f} MiB"),
+        ("Training context", f"{info.n_ctx_train:,}"),
+        ("Layers", str(info.n_layer)),
+        ("Embedding size", str(info.n_embd)),
+        ("Heads / KV heads", f"{info.n_head} / {info.n_head_kv}"),
+        ("Vocabulary", f"{info.n_vocab:,} ({info.tokenizer})"),
+        ("BOS / EOS", f"{info.bos_token!r} / {info.eos_token!r}"),
+        ("Encoder", "yes" if info.has_encoder else "no"),
+        ("Chat template", "yes" if info.chat_template else "no (ChatML fallback)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+    return 0
+
+
+def _context_settings(args: argparse.Namespace, n_seq: int) -> Any:
+    from app.engine import ContextSettings
+
+    settings = ContextSettings(
+        n_ctx=args.ctx_size,
+        n_batch=args.batch_size,
+        n_ubatch=min(512, args.batch_size),
+        n_seq_max=max(1, n_seq),
+    )
+    if args.threads:
+        settings.n_threads = settings.n_threads_batch = args.threads
+    return settings
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from app.engine import Engine, SamplingParams
+
+    path, prompt = _resolve_model_and_prompt(args)
+    if args.parallel < 1:
+        raise LlamaDeskError(f"--parallel must be at least 1, not {args.parallel}.")
+    if args.n_predict < 1:
+        raise LlamaDeskError(f"-n must be at least 1, not {args.n_predict}.")
+    params = SamplingParams(
+        temperature=args.temp,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty,
+        seed=args.seed,
+        max_tokens=args.n_predict,
+        stop=list(args.stop),
+    )
+    params.validate()
+    settings = _context_settings(args, args.parallel)
+    stream = not args.json and args.parallel == 1
+    t0 = time.perf_counter()
+    with Engine.open(path, settings) as engine:
+        t_load = time.perf_counter() - t0
+        keys = [engine.open_sequence() for _ in range(args.parallel)]
+        for key in keys:
+            if args.resume_session:
+                if not Path(args.resume_session).is_file():
+                    raise LlamaDeskError(f"The session file {args.resume_session} does not exist.")
+                if not engine.restore_state_file(key, args.resume_session):
+                    raise LlamaDeskError(
+                        f"The session file {args.resume_session} cannot be used with this model or these settings "
+                        "(it is damaged, or was saved with another model or cache type)."
+                    )
+                if prompt:
+                    engine.append_text(key, prompt)
+            elif args.raw:
+                engine.set_prompt(key, prompt, raw=True)
+            else:
+                messages = [{"role": "user", "content": prompt}]
+                engine.set_chat(key, messages, system=args.system, reserve=args.n_predict)
+            engine.start(key, params)
+        t1 = time.perf_counter()
+        while engine.has_work():
+            for event in engine.step():
+                if stream and type(event).__name__ == "TokenText":
+                    sys.stdout.write(event.text)  # type: ignore[union-attr]
+                    sys.stdout.flush()
+        elapsed = time.perf_counter() - t1
+        completions = [engine.run_until_done(key) for key in keys]
+        if args.save_session:
+            engine.save_state_file(keys[0], args.save_session)
+    if stream:
+        sys.stdout.write("\n")
+    n_gen = sum(len(c.tokens) for c in completions)
+    timings = {
+        "load_s": round(t_load, 4),
+        "total_s": round(elapsed, 4),
+        "prompt_tokens": sum(c.n_prompt_processed for c in completions),
+        "prompt_ms": round(max(c.prompt_ms for c in completions), 2),
+        "generated_tokens": n_gen,
+        "gen_ms": round(max(c.gen_ms for c in completions), 2),
+        "gen_tokens_per_s": round(n_gen / max(1e-9, max(c.gen_ms for c in completions) / 1000), 2),
+    }
+    if args.json:
+        results = [
+            {
+                "text": c.text,
+                "tokens": c.tokens,
+                "finish_reason": c.finish_reason,
+                "n_prompt": c.n_prompt,
+            }
+            for c in completions
+        ]
+        print(
+            json.dumps(
+                {"model": str(path), "results": results, "timings": timings}, ensure_ascii=False
+            )
+        )
+    elif args.parallel > 1:
+        for i, c in enumerate(completions):
+            print(f"--- sequence {i + 1} ({c.finish_reason})\n{c.text}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from app.engine.bench import run_bench
+
+    path = Path(args.model) if args.model else default_model_path()
+    result = run_bench(
+        path,
+        tabs=args.tabs,
+        n_prompt=args.n_prompt,
+        n_gen=args.n_gen,
+        n_state=args.n_state,
+        threads=args.threads,
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:<32} {value}")
+    return 0
