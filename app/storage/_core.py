@@ -107,7 +107,7 @@ def migrate(conn: sqlite3.Connection, path: Path, *, target: int = SCHEMA_VERSIO
             return
         if version > 0 and not backed_up:
             _backup_before_migration(conn, path, version)
-            backed_up = True
+        backed_up = True  # only a database that existed before this call is copied
         conn.execute("BEGIN IMMEDIATE")
         try:
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
@@ -141,7 +141,9 @@ class DatabaseCore:
     # -- opening -------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: Path | None = None, *, read_only: bool = False) -> Self:
+    def open(
+        cls, path: Path | None = None, *, read_only: bool = False, check: bool = False
+    ) -> Self:
         """Open (creating and migrating if needed) the conversation database.
 
         Raises :class:`DatabaseCorruptError`, :class:`DatabaseTooNewError` or
@@ -149,11 +151,18 @@ class DatabaseCore:
         say whether to offer ``read_only=True`` and/or :func:`move_aside`). With
         ``read_only=True`` nothing is ever written and a newer schema is read as far as
         possible. Nothing is repaired or overwritten silently.
+
+        Damage inside the file is otherwise only found when a damaged page is read (then a
+        :class:`DatabaseCorruptError` comes from that call); ``check=True`` runs SQLite's
+        ``quick_check`` first, which reads the whole file (see the benchmark for its cost).
         """
         db_path = Path(path) if path is not None else paths.database_path()
         db_path = db_path.expanduser().absolute()
         if read_only:
-            return cls(_open_read_only(db_path), db_path, True)
+            db = cls(_open_read_only(db_path), db_path, True)
+            if check:
+                db._quick_check()
+            return db
         db_path.parent.mkdir(parents=True, exist_ok=True)
         exists = db_path.exists() and db_path.stat().st_size > 0
         if exists and not os.access(db_path, os.W_OK):
@@ -180,7 +189,23 @@ class DatabaseCore:
         except BaseException:
             conn.close()
             raise
-        return cls(conn, db_path, False)
+        db = cls(conn, db_path, False)
+        if check:
+            db._quick_check()
+        return db
+
+    def _quick_check(self) -> None:
+        try:
+            rows = self._all("PRAGMA quick_check")
+            problems = [str(row[0]) for row in rows]
+        except BaseException:
+            self.close()
+            raise
+        if problems != ["ok"]:
+            self.close()
+            first = problems[0].splitlines()
+            detail = first[-1] if first else "quick_check failed"
+            raise DatabaseCorruptError(self.path, detail.strip(" *"))
 
     def clone(self) -> Self:
         """Another connection to the same file, for use in the calling thread."""

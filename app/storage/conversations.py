@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import sqlite3
+import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
@@ -67,6 +68,8 @@ def fts_query(text: str) -> str | None:
     """User text -> a safe FTS5 query: every word is a quoted phrase (so ``"``, ``*``,
     ``AND``, ``:``... are just text); all words must match; the last one also matches as a
     prefix so that search-as-you-type finds "llam" in "llama". None when there is no word."""
+    # NUL ends an FTS5 string early; control characters are never part of a word anyway.
+    text = "".join(" " if unicodedata.category(ch) == "Cc" else ch for ch in text)
     words = [w for w in re.split(r"\s+", text.strip()) if w]
     # Words without any letter or digit tokenize to nothing; drop them (else nothing matches).
     words = [w for w in words if any(ch.isalnum() for ch in w)]

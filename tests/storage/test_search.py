@@ -1,0 +1,105 @@
+"""Full-text search: ranking, snippets, safety against FTS syntax in user input."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.storage import Database, fts_query
+
+
+def _seed(db: Database) -> dict[str, int]:
+    c1 = db.create_conversation("Camelids")
+    c2 = db.create_conversation("Cooking")
+    ids = {
+        "dense": db.add_message(c1.id, "user", "llama llama llama: the llama is a camelid").id,
+        "once": db.add_message(
+            c1.id, "assistant", "A long text that mentions a llama only once " + "filler " * 80
+        ).id,
+        "other": db.add_message(c2.id, "user", "How long should I boil an egg?").id,
+        "accent": db.add_message(c2.id, "assistant", "Crème brûlée needs a café torch").id,
+    }
+    ids["c1"], ids["c2"] = c1.id, c2.id
+    return ids
+
+
+def test_ranked_hits_with_snippets(db: Database) -> None:
+    ids = _seed(db)
+    hits = db.search("llama")
+    assert [h.message_id for h in hits] == [ids["dense"], ids["once"]]  # best first
+    assert hits[0].rank <= hits[1].rank
+    assert hits[0].title == "Camelids" and hits[0].conversation_id == ids["c1"]
+    assert hits[0].role == "user"
+    assert "[llama]" in hits[0].snippet
+    assert db.search("llama", limit=1)[0].message_id == ids["dense"]
+    marked = db.search("egg", marks=("<b>", "</b>"))
+    assert [h.message_id for h in marked] == [ids["other"]] and "<b>egg</b>" in marked[0].snippet
+
+
+def test_words_all_required_prefix_and_diacritics(db: Database) -> None:
+    ids = _seed(db)
+    assert [h.message_id for h in db.search("llama once")] == [ids["once"]]
+    assert [h.message_id for h in db.search("cam")] == [ids["dense"]]  # prefix: camelid
+    assert [h.message_id for h in db.search("creme brulee")] == [ids["accent"]]
+    assert [h.message_id for h in db.search("LLAMA ONCE")] == [ids["once"]]
+    assert db.search("zebra") == [] and db.search("") == [] and db.search("   ") == []
+
+
+def test_search_follows_edits_deletes_and_archive(db: Database) -> None:
+    ids = _seed(db)
+    c = db.create_conversation()
+    u = db.add_message(c.id, "user", "stream")
+    r = db.begin_reply(c.id, u.id)
+    db.update_reply(r.id, "partial words about quokkas")
+    assert [h.message_id for h in db.search("quokkas")] == [r.id]
+    db.finish_reply(r.id, "final words about wombats")
+    assert db.search("quokkas") == [] and [h.message_id for h in db.search("wombats")] == [r.id]
+    db.set_archived(ids["c2"], True)
+    assert len(db.search("egg")) == 1 and db.search("egg", include_archived=False) == []
+    db.delete_conversation(ids["c1"])
+    assert db.search("llama") == []
+    db.restore_conversation(ids["c1"])
+    assert len(db.search("llama")) == 2
+    db.delete_branch(ids["once"])
+    assert [h.message_id for h in db.search("llama")] == [ids["dense"]]
+
+
+def test_fts_syntax_characters_are_plain_text(db: Database) -> None:
+    c = db.create_conversation()
+    m = db.add_message(
+        c.id, "user", 'He said "NEAR(a b)" AND col:value OR x* ^start -minus (paren)'
+    )
+    for query in [
+        '"',
+        '""',
+        "NEAR(",
+        "a AND",
+        "OR",
+        "*",
+        "col:value",
+        "(paren",
+        "^start",
+        "-minus",
+        '"NEAR(a',
+        "AND OR NOT",
+        "x*",
+        "{a b}",
+        "'",
+        "\\",
+        "\x00",
+        "💥",
+    ]:
+        hits = db.search(query)
+        assert all(h.message_id == m.id for h in hits)
+    assert [h.message_id for h in db.search('"NEAR(a b)"')] == [m.id]
+    assert [h.message_id for h in db.search("col:value")] == [m.id]
+    assert fts_query('a"b c') == '"a""b" "c" *'
+    assert fts_query("!!! ???") is None
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(text=st.text(max_size=40))
+def test_search_never_crashes_on_any_input(db: Database, text: str) -> None:
+    db.search(text)
