@@ -57,6 +57,8 @@ class _Seq:
     maybe_shared: bool = False  # cells may be shared with a fork (seq_cp in a unified cache)
     busy: bool = False  # prefilling or generating
     want_generation: bool = False
+    want_logits: bool = False  # keep the last prompt token's logits (tests, scoring)
+    last_logits: np.ndarray | None = None
     generating: bool = False
     stop_requested: bool = False
     params: SamplingParams | None = None
@@ -475,21 +477,40 @@ class Engine:
         seq.busy = seq.want_generation = True
         seq.generating = False
         seq.stop_requested = False
-        if seq.completion.n_prompt == 0:
-            seq.completion = Completion(
-                n_prompt=len(seq.tokens) + len(seq.pending), n_prompt_processed=len(seq.pending)
-            )
+        seq.completion = Completion(
+            n_prompt=len(seq.tokens) + len(seq.pending), n_prompt_processed=len(seq.pending)
+        )
         seq.prompt_total, seq.prompt_done = len(seq.pending), 0
         self._touch(seq)
 
-    def prefill(self, key: int) -> None:
-        """Process the queued prompt without generating (e.g. to save a session)."""
+    def prefill(self, key: int, logits: bool = False) -> None:
+        """Process the queued prompt without generating (e.g. to save a session).
+
+        With ``logits`` the last token is decoded with output and its logits kept for
+        :meth:`last_logits` (the cached last token is re-decoded if nothing is queued).
+        """
         seq = self._seq(key)
         self._require_idle(seq)
+        if logits and not seq.pending and seq.tokens:
+            last = len(seq.tokens) - 1
+            seq.pending = [seq.tokens[last]]
+            self._truncate(seq, last)
         if seq.pending:
             seq.busy, seq.want_generation, seq.generating = True, False, False
+            seq.want_logits = logits
+            seq.last_logits = None
             seq.stop_requested = False
+            seq.prompt_total, seq.prompt_done = len(seq.pending), 0
             self._touch(seq)
+
+    def next_logits(self, key: int) -> np.ndarray:
+        """Logits for the token after what the sequence holds (runs the queued prompt)."""
+        self.prefill(key, logits=True)
+        self.run_until_done(key)
+        logits = self._seq(key).last_logits
+        if logits is None:
+            raise EngineError("No logits were produced (the prompt was stopped or empty).")
+        return logits
 
     def stop(self, key: int | None = None) -> None:
         """Stop one sequence or all; safe from any thread, effective within one micro-batch."""
@@ -584,7 +605,7 @@ class Engine:
                 continue
             chunk = seq.pending[: batch.free]
             completes = len(chunk) == len(seq.pending)
-            want_logits = completes and seq.want_generation
+            want_logits = completes and (seq.want_generation or seq.want_logits)
             assert seq.seq_id is not None
             index = batch.add_span(chunk, len(seq.tokens), seq.seq_id, want_logits)
             spans.append((seq, chunk, index if want_logits else None))
@@ -605,8 +626,10 @@ class Engine:
                 seq.prompt_done += len(chunk)
                 seq.completion.prompt_ms += elapsed_ms
                 events.append(PromptProgress(seq.key, seq.prompt_done, seq.prompt_total))
+                if index is not None and seq.want_logits:
+                    seq.last_logits = ctx.logits(index)
                 if not seq.pending and not seq.want_generation:
-                    seq.busy = False
+                    seq.busy = seq.want_logits = False
                     events.append(Finished(seq.key, seq.completion))
                     continue
             if index is None:
@@ -650,7 +673,7 @@ class Engine:
             seq.completion.gen_ms = (time.perf_counter() - seq.t_gen_start) * 1000.0
         seq.completion.finish_reason = reason
         seq.completion.error = error
-        seq.busy = seq.generating = seq.want_generation = False
+        seq.busy = seq.generating = seq.want_generation = seq.want_logits = False
         seq.stop_requested = False
         self._touch(seq)
         if error is not None:
