@@ -1,0 +1,335 @@
+"""Export to Markdown and JSON; JSON import is validated first and all-or-nothing; the
+JSON -> import -> JSON round trip is lossless (property-based)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.storage import Database, ImportValidationError, NotFoundError
+from app.storage.export import (
+    FORMAT,
+    FORMAT_VERSION,
+    dumps,
+    export_json,
+    export_markdown,
+    import_json,
+)
+
+
+def _sample(db: Database) -> int:
+    c = db.create_conversation(
+        "Llama facts",
+        system_prompt="You are a zoologist.",
+        sampling={"temperature": 0.3, "stop": ["\n\n"]},
+        model_path="/models/tiny.gguf",
+    )
+    u = db.add_message(c.id, "user", "What is a llama?")
+    a = db.add_message(
+        c.id,
+        "assistant",
+        "A **camelid**.",
+        parent_id=u.id,
+        token_count=4,
+        prompt_tokens=20,
+        tokens_per_second=12.5,
+    )
+    db.add_message(c.id, "assistant", "An animal.", parent_id=u.id, status="stopped")  # regenerated
+    db.set_current_leaf(c.id, a.id)
+    db.set_pinned(c.id, True)
+    return c.id
+
+
+def test_markdown_is_readable(db: Database) -> None:
+    cid = _sample(db)
+    md = export_markdown(db, [cid])
+    assert md.startswith("# Llama facts\n")
+    assert "## System prompt\n\nYou are a zoologist." in md
+    assert "## User" in md and "What is a llama?" in md
+    assert "## Assistant" in md and "A **camelid**." in md
+    assert "An animal." not in md and "1 other branch" in md  # current branch only
+    assert "Model: `tiny.gguf`" in md
+    other = db.create_conversation()
+    m = db.add_message(other.id, "user", "second chat")
+    r = db.begin_reply(other.id, m.id)
+    db.finish_reply(r.id, "oops", "error")
+    both = export_markdown(db)
+    assert both.count("\n---\n") == 1 and "## Assistant (error)" in both
+
+
+def test_json_export_is_complete_and_versioned(db: Database) -> None:
+    cid = _sample(db)
+    data = export_json(db, [cid])
+    assert (data["format"], data["version"]) == (FORMAT, FORMAT_VERSION)
+    [conv] = data["conversations"]
+    assert conv["title"] == "Llama facts" and conv["pinned"] is True
+    assert conv["sampling"] == {"temperature": 0.3, "stop": ["\n\n"]}
+    assert [(m["id"], m["parent"], m["status"]) for m in conv["messages"]] == [
+        (1, None, "complete"),
+        (2, 1, "complete"),
+        (3, 1, "stopped"),
+    ]
+    assert conv["current_leaf"] == 2 and conv["messages"][1]["tokens_per_second"] == 12.5
+    with pytest.raises(NotFoundError):
+        export_json(db, [999])
+
+
+def test_import_round_trip_and_fresh_ids(db: Database) -> None:
+    cid = _sample(db)
+    data = json.loads(dumps(export_json(db)))
+    new = import_json(db, data)
+    assert len(new) == 1 and new[0] != cid
+    again = export_json(db, new)
+    assert again["conversations"] == data["conversations"]
+    assert [m.content for m in db.get_thread(new[0])] == ["What is a llama?", "A **camelid**."]
+
+
+def _valid(n_messages: int = 2) -> dict[str, Any]:
+    messages = [
+        {
+            "id": i,
+            "parent": i - 1 if i > 1 else None,
+            "role": "user" if i % 2 else "assistant",
+            "content": f"m{i}",
+        }
+        for i in range(1, n_messages + 1)
+    ]
+    return {
+        "format": FORMAT,
+        "version": 1,
+        "conversations": [{"title": "ok", "messages": messages}],
+    }
+
+
+def _broken(path: str, value: Any) -> dict[str, Any]:
+    data = _valid()
+    bad = copy.deepcopy(data["conversations"][0])
+    target: Any = bad
+    keys = path.split(".")
+    for key in keys[:-1]:
+        target = target[int(key)] if key.isdigit() else target[key]
+    last = keys[-1]
+    if value is _DELETE:
+        del target[last]
+    else:
+        target[int(last) if last.isdigit() else last] = value
+    data["conversations"].append(bad)  # the first, valid conversation must not be imported
+    return data
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ([], "not a LlamaDesk export"),
+        ({"format": "other"}, "not a LlamaDesk export"),
+        ({"format": FORMAT, "version": 99, "conversations": []}, "newer LlamaDesk"),
+        ({"format": FORMAT, "version": "1", "conversations": []}, '"version"'),
+        ({"format": FORMAT, "version": 1, "conversations": {}}, '"conversations" must be a list'),
+        (_broken("title", 5), '"title" must be text'),
+        (_broken("title_source", "magic"), '"title_source"'),
+        (_broken("pinned", "yes"), '"pinned" must be true or false'),
+        (_broken("sampling", [1]), '"sampling" must be an object'),
+        (_broken("sampling", {"t": float("nan")}), "not finite"),
+        (_broken("created_at", "yesterday"), '"created_at" must be a number'),
+        (_broken("messages", "none"), '"messages" must be a list'),
+        (_broken("messages.1.role", "wizard"), '"role" must be one of'),
+        (_broken("messages.1.status", "done"), '"status" must be one of'),
+        (_broken("messages.1.content", None), '"content" must be text'),
+        (_broken("messages.1.content", "bad \ud800 surrogate"), "invalid Unicode"),
+        (_broken("messages.1.parent", 42), "parent 42, which is not in it"),
+        (_broken("messages.0.parent", 2), "form a loop"),
+        (_broken("messages.1.id", 1), "used twice"),
+        (_broken("messages.1.token_count", -1), "out of range"),
+        (_broken("messages.1.token_count", 1.5), "whole number"),
+        (_broken("messages.1.meta", "x"), '"meta" must be an object'),
+        (_broken("current_leaf", 7), '"current_leaf" refers to message 7'),
+        (_broken("messages.1", "text"), "expected an object"),
+    ],
+)
+def test_invalid_import_names_the_problem_and_changes_nothing(
+    db: Database, data: Any, expected: str
+) -> None:
+    _sample(db)
+    before = export_json(db)["conversations"]
+    with pytest.raises(ImportValidationError) as info:
+        import_json(db, data)
+    message = str(info.value)
+    assert expected in message and message.startswith("The file cannot be imported")
+    assert message.endswith("nothing was imported.")
+    if isinstance(data, dict) and len(data.get("conversations", [])) == 2:
+        assert "conversation 2" in message
+    assert export_json(db)["conversations"] == before
+
+
+def test_import_accepts_minimal_files_and_any_message_order(db: Database) -> None:
+    data = {
+        "format": FORMAT,
+        "version": 1,
+        "conversations": [
+            {
+                "messages": [
+                    {
+                        "id": "b",
+                        "parent": "a",
+                        "role": "assistant",
+                        "content": "child first in file",
+                    },
+                    {"id": "a", "role": "user", "content": "root"},
+                ],
+                "current_leaf": "b",
+            },
+            {},
+        ],
+    }
+    first, second = import_json(db, data)
+    assert [m.content for m in db.get_thread(first)] == ["root", "child first in file"]
+    assert db.get_conversation(second).message_count == 0
+
+
+def test_failure_during_insert_rolls_back_everything(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _sample(db)
+    before = export_json(db)["conversations"]
+    data = _valid(5)
+    data["conversations"] *= 3
+    import app.storage.export as export_module
+
+    real = export_module._json_dump
+    calls = {"n": 0}
+
+    def failing(value: Any) -> str:
+        calls["n"] += 1
+        if calls["n"] > 10:
+            raise OSError("disk on fire")
+        return real(value)
+
+    monkeypatch.setattr(export_module, "_json_dump", failing)
+    with pytest.raises(OSError):
+        import_json(db, data)
+    assert export_json(db)["conversations"] == before
+
+
+# -- property-based round trip -------------------------------------------------------------
+
+_json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63) + 1, max_value=2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+)
+_json_values = st.recursive(
+    _json_scalars,
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+_times = st.floats(min_value=0, max_value=4e9, allow_nan=False)
+_long_text = st.builds(lambda s, n: s * n, st.text(min_size=1, max_size=8), st.integers(1, 40_000))
+_content = st.one_of(st.text(), st.text(min_size=200, max_size=2000), _long_text)
+
+
+@st.composite
+def _conversation(draw: st.DrawFn) -> dict[str, Any]:
+    n = draw(st.integers(0, 25))
+    chain = draw(st.sampled_from([0, 0, 0, 50, 1500]))  # sometimes a very deep branch
+    messages: list[dict[str, Any]] = []
+    for i in range(1, n + chain + 1):
+        if i <= n:
+            parent = draw(st.one_of(st.none(), st.integers(1, i - 1))) if i > 1 else None
+            content = draw(_content)
+            meta = draw(st.dictionaries(st.text(max_size=8), _json_values, max_size=3))
+        else:
+            parent = i - 1 if i > 1 else None
+            content = f"deep {i} ✓"
+            meta = {}
+        messages.append(
+            {
+                "id": i,
+                "parent": parent,
+                "role": draw(st.sampled_from(["system", "user", "assistant", "tool"])),
+                "content": content,
+                "status": draw(st.sampled_from(["complete", "partial", "error", "stopped"])),
+                "created_at": draw(_times),
+                "updated_at": draw(_times),
+                "token_count": draw(st.none() | st.integers(0, 2**40)),
+                "prompt_tokens": draw(st.none() | st.integers(0, 2**31)),
+                "tokens_per_second": draw(st.none() | st.floats(0, 1e6)),
+                "model_path": draw(st.none() | st.text(max_size=30)),
+                "meta": meta,
+            }
+        )
+    source = draw(st.sampled_from(["default", "auto", "user"]))
+    title = "" if source == "default" else draw(st.text(min_size=1, max_size=80).filter(str.strip))
+    return {
+        "title": title,
+        "title_source": source,
+        "created_at": draw(_times),
+        "updated_at": draw(_times),
+        "model_path": draw(st.none() | st.text(max_size=40)),
+        "system_prompt": draw(st.text(max_size=300)),
+        "sampling": draw(st.dictionaries(st.text(max_size=10), _json_values, max_size=5)),
+        "pinned": draw(st.booleans()),
+        "archived": draw(st.booleans()),
+        "current_leaf": draw(st.none() | st.integers(1, len(messages))) if messages else None,
+        "messages": messages,
+    }
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
+@given(conversations=st.lists(_conversation(), min_size=1, max_size=3))
+def test_json_import_export_round_trip_is_lossless(
+    db: Database, conversations: list[dict[str, Any]]
+) -> None:
+    data = {"format": FORMAT, "version": FORMAT_VERSION, "conversations": conversations}
+    data = json.loads(dumps(data))  # as read from a file
+    ids = import_json(db, data)
+    first = export_json(db, ids)
+    assert first["conversations"] == data["conversations"]
+    ids2 = import_json(db, json.loads(dumps(first)))
+    assert export_json(db, ids2)["conversations"] == first["conversations"]
+    for cid in ids + ids2:  # keep the shared database small between examples
+        db.delete_conversation(cid)
+    db.purge_deleted()
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    contents=st.lists(_content, min_size=1, max_size=6),
+    shape=st.lists(st.integers(0, 5), min_size=6, max_size=6),
+)
+def test_round_trip_of_conversations_built_through_the_api(
+    db: Database, contents: list[str], shape: list[int]
+) -> None:
+    c = db.create_conversation()
+    made: list[int] = []
+    for i, text in enumerate(contents):
+        parent = made[shape[i] % len(made)] if made and shape[i] else (made[-1] if made else None)
+        made.append(db.add_message(c.id, "user" if i % 2 == 0 else "assistant", text, parent).id)
+    exported = export_json(db, [c.id])
+    [copy_id] = import_json(db, exported)
+    assert export_json(db, [copy_id])["conversations"] == exported["conversations"]
+    assert [m.content for m in db.get_thread(copy_id)] == [m.content for m in db.get_thread(c.id)]
+    for cid in (c.id, copy_id):
+        db.delete_conversation(cid)
+    db.purge_deleted()
