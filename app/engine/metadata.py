@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,10 +126,7 @@ def read_model_info(path: str | os.PathLike[str]) -> ModelInfo:
 
         reader = gguf.GGUFReader(str(p), "r")
     except Exception as exc:  # the reader raises ValueError, IndexError, struct errors...
-        raise ModelLoadError(
-            f"{p.name} is damaged or truncated and cannot be read ({_short(exc)}). "
-            "Download or copy the file again."
-        ) from exc
+        raise ModelLoadError(_reader_failure(p, exc)) from exc
     size = p.stat().st_size
     try:
         return _info_from_reader(reader, p, size)
@@ -138,6 +136,17 @@ def read_model_info(path: str | os.PathLike[str]) -> ModelInfo:
         raise ModelLoadError(
             f"{p.name} has metadata LlamaDesk cannot read ({_short(exc)})."
         ) from exc
+
+
+def _reader_failure(p: Path, exc: BaseException) -> str:
+    text = str(exc)
+    match = re.search(r"version (\d+)", text)
+    if match:
+        return (
+            f"{p.name} is GGUF version {match.group(1)}, which LlamaDesk cannot read "
+            "(the file is damaged, or newer than this version of LlamaDesk)."
+        )
+    return f"{p.name} is damaged or truncated: its header cannot be read. Download or copy the file again."
 
 
 def _short(exc: BaseException) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -191,13 +192,17 @@ def _load_failure_message(path: Path, info: ModelInfo) -> str:
             f"{path.name} uses the model architecture '{info.architecture}', which this version of "
             "llama.cpp does not support. Update LlamaDesk or choose another model."
         )
-    if (
-        "missing tensor" in lowered
-        or "wrong shape" in lowered
-        or "wrong number of tensors" in lowered
-    ):
-        detail = said.split("llama_model_load:")[-1].strip() or said
-        return f"{path.name} is incomplete or damaged ({detail}). Download or copy it again."
+    missing = re.search(r"tensor '([^']+)' not found", said)
+    if missing:
+        return (
+            f"{path.name} is incomplete or damaged: the weight '{missing.group(1)}' is missing. "
+            "Download or copy it again."
+        )
+    shape = re.search(r"tensor '([^']+)' has wrong shape", said)
+    if shape:
+        return f"{path.name} is damaged: the weight '{shape.group(1)}' has the wrong shape for this model."
+    if "wrong number of tensors" in lowered or "missing tensor" in lowered:
+        return f"{path.name} is incomplete or damaged (weights are missing). Download or copy it again."
     if "failed to allocate" in lowered or "out of memory" in lowered:
         return f"There is not enough memory to load {path.name}. Close other programs or choose a smaller model."
     detail = f" llama.cpp said: {said}" if said else ""
