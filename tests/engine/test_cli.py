@@ -1,0 +1,166 @@
+"""The command line: llamadesk inspect / run / bench, in a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def llamadesk(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_inspect(tiny_model: Path) -> None:
+    result = llamadesk("inspect", str(tiny_model), "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["architecture"] == "llama" and data["n_layer"] == 2
+    text = llamadesk("inspect", str(tiny_model))
+    assert "Architecture" in text.stdout and "llama" in text.stdout
+
+
+def test_run_json_raw_and_chat(tiny_model: Path) -> None:
+    raw = llamadesk(
+        "run", str(tiny_model), "hello world", "--raw", "-n", "8", "--temp", "0", "--json"
+    )
+    assert raw.returncode == 0, raw.stderr
+    data = json.loads(raw.stdout)
+    assert len(data["results"]) == 1
+    assert set(data["results"][0]) >= {"text", "tokens"}
+    assert "timings" in data
+    chat = llamadesk(
+        "run",
+        str(tiny_model),
+        "hello world",
+        "--system",
+        "be brief",
+        "-n",
+        "8",
+        "--temp",
+        "0",
+        "--json",
+    )
+    assert chat.returncode == 0, chat.stderr
+    assert json.loads(chat.stdout)["results"][0]["tokens"] != data["results"][0]["tokens"]
+
+
+def test_parallel_runs_give_identical_greedy_results(tiny_model: Path) -> None:
+    single = json.loads(
+        llamadesk(
+            "run", str(tiny_model), "one two", "--raw", "-n", "12", "--temp", "0", "--json"
+        ).stdout
+    )
+    result = llamadesk(
+        "run",
+        str(tiny_model),
+        "one two",
+        "--raw",
+        "-n",
+        "12",
+        "--temp",
+        "0",
+        "--parallel",
+        "3",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    results = json.loads(result.stdout)["results"]
+    assert len(results) == 3
+    assert all(r["tokens"] == single["results"][0]["tokens"] for r in results)
+
+
+def test_save_and_resume_session_equals_one_run(tiny_model: Path, tmp_path: Path) -> None:
+    common = ["--raw", "--temp", "0", "--json"]
+    one = json.loads(
+        llamadesk("run", str(tiny_model), "hello world the model", "-n", "32", *common).stdout
+    )["results"][0]
+    session = tmp_path / "session.bin"
+    first = llamadesk(
+        "run",
+        str(tiny_model),
+        "hello world the model",
+        "-n",
+        "16",
+        "--save-session",
+        str(session),
+        *common,
+    )
+    assert first.returncode == 0, first.stderr
+    second = llamadesk(
+        "run", str(tiny_model), "", "-n", "16", "--resume-session", str(session), *common
+    )
+    assert second.returncode == 0, second.stderr
+    part1 = json.loads(first.stdout)["results"][0]
+    part2 = json.loads(second.stdout)["results"][0]
+    if len(one["tokens"]) == 32:
+        assert part1["tokens"] + part2["tokens"] == one["tokens"]
+        assert part1["text"] + part2["text"] == one["text"]
+
+
+def test_resume_refuses_a_damaged_session(tiny_model: Path, tmp_path: Path) -> None:
+    session = tmp_path / "s.bin"
+    assert (
+        llamadesk(
+            "run", str(tiny_model), "hello", "--raw", "-n", "4", "--save-session", str(session)
+        ).returncode
+        == 0
+    )
+    data = bytearray(session.read_bytes())
+    data[-10] ^= 0xFF
+    session.write_bytes(bytes(data))
+    result = llamadesk("run", str(tiny_model), "", "-n", "4", "--resume-session", str(session))
+    assert result.returncode == 2
+    assert "cannot be used" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "/nonexistent/model.gguf", "hi"], "does not exist"),
+        (["inspect", "/nonexistent/model.gguf"], "does not exist"),
+        (["run", "MODEL", "hi", "-c", "10"], "at least 64"),
+        (["run", "MODEL", "hi", "--temp", "-1"], "Temperature"),
+        (["run", "MODEL", "hi", "--parallel", "0"], "--parallel"),
+        (["run", "MODEL", "hi", "--resume-session", "/nonexistent"], "does not exist"),
+    ],
+)
+def test_errors_exit_2_with_one_sentence(tiny_model: Path, args: list[str], message: str) -> None:
+    result = llamadesk(*[str(tiny_model) if a == "MODEL" else a for a in args])
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 2
+
+
+def test_bench_json(tiny_model: Path) -> None:
+    result = llamadesk(
+        "bench",
+        str(tiny_model),
+        "--tabs",
+        "2",
+        "--n-prompt",
+        "64",
+        "--n-gen",
+        "8",
+        "--n-state",
+        "200",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["restored"] is True
+    for key in (
+        "prompt_tokens_per_s",
+        "gen_tokens_per_s_1_tab",
+        "gen_tokens_per_s_2_tabs",
+        "save_s",
+        "restore_s",
+        "reprocess_s",
+    ):
+        assert data[key] > 0

@@ -1,0 +1,123 @@
+"""Generation through the real engine: stops, limits, grammar, chat reuse, embeddings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import small_settings
+
+from app.engine import ContextError, Engine, SamplingParams, TokenText
+
+
+def test_max_tokens_and_streamed_text_add_up(engine: Engine) -> None:
+    key = engine.open_sequence()
+    engine.set_prompt(key, "hello world")
+    streamed: list[str] = []
+    completion = engine.complete(
+        key,
+        SamplingParams(temperature=0, max_tokens=12),
+        on_event=lambda e: streamed.append(e.text) if isinstance(e, TokenText) else None,
+    )
+    assert "".join(streamed) == completion.text
+    if completion.finish_reason == "length":
+        assert len(completion.tokens) == 12
+    assert completion.tokens_per_second > 0
+
+
+def test_stop_string_ends_generation_without_showing_it(engine: Engine) -> None:
+    key = engine.open_sequence()
+    engine.set_prompt(key, "hello world")
+    free = engine.complete(key, SamplingParams(temperature=0, max_tokens=30))
+    words = [w for w in free.text.split() if len(w) >= 2 and w.isascii() and w.isprintable()]
+    if not words:
+        pytest.skip("the random model produced no plain word to stop on")
+    stop = words[len(words) // 2]
+    engine.set_prompt(key, "hello world")
+    stopped = engine.complete(key, SamplingParams(temperature=0, max_tokens=30, stop=[stop]))
+    assert stopped.finish_reason == "stop"
+    assert stop not in stopped.text
+    assert free.text.startswith(stopped.text)
+
+
+def test_grammar_constrains_output(engine: Engine) -> None:
+    key = engine.open_sequence()
+    engine.set_prompt(key, "hello world")
+    grammar = 'root ::= ("yes" | "no") " " ("one" | "two")'
+    completion = engine.complete(
+        key, SamplingParams(temperature=0.8, seed=1, max_tokens=20, grammar=grammar)
+    )
+    assert completion.text.strip() in {"yes one", "yes two", "no one", "no two"}
+
+
+def test_invalid_grammar_is_a_clear_error(engine: Engine) -> None:
+    key = engine.open_sequence()
+    engine.set_prompt(key, "hello")
+    with pytest.raises(ContextError, match="GBNF"):
+        engine.start(key, SamplingParams(grammar="root ::= (("))
+    assert not engine.is_busy(key)
+
+
+def test_repeat_penalty_changes_greedy_output(engine: Engine) -> None:
+    key = engine.open_sequence()
+    results = []
+    for penalty in (1.0, 1.8):
+        engine.set_prompt(key, "one one one one one one")
+        results.append(
+            engine.complete(
+                key, SamplingParams(temperature=0, max_tokens=24, repeat_penalty=penalty)
+            ).tokens
+        )
+    assert results[0] != results[1]
+
+
+def test_next_turn_processes_only_the_new_suffix(engine: Engine) -> None:
+    key = engine.open_sequence()
+    greedy = SamplingParams(temperature=0, max_tokens=8)
+    messages = [
+        {"role": "system", "content": "you are a model"},
+        {"role": "user", "content": "hello world"},
+    ]
+    first = engine.chat(messages, greedy, key=key)
+    assert first.n_prompt_processed == first.n_prompt
+    # The random model's reply is noise; a clean reply stands in for it (it is re-tokenized).
+    messages += [
+        {"role": "assistant", "content": "yes one two"},
+        {"role": "user", "content": "what is my name ?"},
+    ]
+    second = engine.chat(messages, greedy, key=key)
+    # Everything the first turn's prompt held is reused; only the new turn is processed.
+    assert second.n_prompt - second.n_prompt_processed >= first.n_prompt - 1
+    assert second.n_prompt_processed < second.n_prompt / 2
+    # Regenerating the last reply re-processes nothing but the last token.
+    again = engine.chat(messages, greedy, key=key)
+    assert again.n_prompt_processed == 1
+    assert again.tokens == second.tokens
+
+
+def test_editing_an_early_message_removes_only_the_changed_suffix(engine: Engine) -> None:
+    key = engine.open_sequence()
+    messages = [
+        {"role": "user", "content": "hello world"},
+        {"role": "assistant", "content": "yes"},
+        {"role": "user", "content": "one two"},
+    ]
+    engine.set_chat(key, messages)
+    engine.prefill(key)
+    engine.run_until_done(key)
+    before = engine.tokens(key)
+    edited = [*messages[:2], {"role": "user", "content": "three four"}]
+    processed = engine.set_chat(key, edited)
+    kept = engine.tokens(key)
+    assert kept == before[: len(kept)] and len(kept) > len(before) // 2
+    assert processed < len(before)
+
+
+def test_embeddings_are_pooled_per_text(tiny_model: Path) -> None:
+    with Engine.open(tiny_model, small_settings(embeddings=True, pooling_type="mean")) as engine:
+        a, b, a2 = engine.embed(["hello world", "one two three four", "hello world"])
+        assert a.shape == (64,)
+        assert np.allclose(a, a2, atol=1e-5)
+        assert not np.allclose(a, b)
+        assert np.linalg.norm(a) == pytest.approx(1.0, rel=1e-4)
