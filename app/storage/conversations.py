@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 from app.storage._core import DatabaseCore
+from app.storage._snippet import make_snippet, query_terms
 from app.storage.errors import NotFoundError
 from app.storage.models import (
     DEFAULT_TITLE,
@@ -29,6 +30,9 @@ from app.storage.models import (
 log = logging.getLogger(__name__)
 
 TITLE_LENGTH = 50
+SEARCH_WINDOW = 10_000
+PREFIX_MIN_CHARS = 2
+"""Above this many matching messages, only the most recent ones are ranked."""
 
 
 class _Unset(enum.Enum):
@@ -64,19 +68,30 @@ def make_title(text: str, length: int = TITLE_LENGTH) -> str:
     return cut.rstrip(" .,;:-") + "…"
 
 
-def fts_query(text: str) -> str | None:
-    """User text -> a safe FTS5 query: every word is a quoted phrase (so ``"``, ``*``,
-    ``AND``, ``:``... are just text); all words must match; the last one also matches as a
-    prefix so that search-as-you-type finds "llam" in "llama". None when there is no word."""
+def _query_words(text: str) -> list[str]:
     # NUL ends an FTS5 string early; control characters are never part of a word anyway.
     text = "".join(" " if unicodedata.category(ch) == "Cc" else ch for ch in text)
     words = [w for w in re.split(r"\s+", text.strip()) if w]
     # Words without any letter or digit tokenize to nothing; drop them (else nothing matches).
-    words = [w for w in words if any(ch.isalnum() for ch in w)]
+    return [w for w in words if any(ch.isalnum() for ch in w)]
+
+
+def _prefix_last(words: list[str]) -> bool:
+    # A one-character prefix matches so many words that ranking them is slow and useless.
+    return bool(words) and len(words[-1]) >= PREFIX_MIN_CHARS
+
+
+def fts_query(text: str) -> str | None:
+    """User text -> a safe FTS5 query: every word is a quoted phrase (so ``"``, ``*``,
+    ``AND``, ``:``... are just text); all words must match; the last one also matches as a
+    prefix (if it has at least two characters) so that search-as-you-type finds "llam" in
+    "llama". None when there is no word."""
+    words = _query_words(text)
     if not words:
         return None
     quoted = ['"' + w.replace('"', '""') + '"' for w in words]
-    quoted[-1] += " *"
+    if _prefix_last(words):
+        quoted[-1] += " *"
     return " ".join(quoted)
 
 
@@ -731,38 +746,57 @@ class ConversationsMixin(DatabaseCore):
         query = fts_query(text)
         if query is None or limit <= 0:
             return []
-        archived = "" if include_archived else " AND c.archived = 0"
-        rows = self._all(
-            f"""SELECT m.conversation_id, m.id, c.title, m.role, m.created_at, f.rank
-                FROM messages_fts AS f
-                JOIN messages m ON m.id = f.rowid
-                JOIN conversations c ON c.id = m.conversation_id
-                WHERE f.messages_fts MATCH ? AND c.deleted_at IS NULL{archived}
-                ORDER BY f.rank LIMIT ?""",
-            (query, limit),
+        # bm25 costs about 1-2 us per matching message; a word in most of 100,000 messages
+        # would take ~150 ms. So when more than SEARCH_WINDOW messages match, only the most
+        # recent SEARCH_WINDOW of them are ranked (for such common words bm25 hardly
+        # discriminates anyway, and recent conversations are what people look for).
+        floor_row = self._maybe_one(
+            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
+            " ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+            (query, SEARCH_WINDOW),
         )
-        if not rows:
-            return []
-        # Snippets only for the hits returned (computing them while ranking every match
-        # would dominate the time for common words).
-        ids = [int(row[1]) for row in rows]
-        snippets = {
-            int(row[0]): str(row[1])
-            for row in self._all(
-                "SELECT rowid, snippet(messages_fts, 0, ?, ?, '…', 16) FROM messages_fts"
-                f" WHERE messages_fts MATCH ? AND rowid IN ({','.join('?' * len(ids))})",
-                (marks[0], marks[1], query, *ids),
+        floor = int(floor_row[0]) if floor_row is not None else 0
+        archived = "" if include_archived else " AND c.archived = 0"
+        fetch = limit * 2 + 20
+        while True:
+            ranked = self._all(
+                "SELECT rowid, bm25(messages_fts) AS score FROM messages_fts"
+                " WHERE messages_fts MATCH ? AND rowid >= ? ORDER BY score LIMIT ?",
+                (query, floor, fetch),
             )
-        }
-        return [
-            SearchHit(
-                conversation_id=row[0],
-                message_id=row[1],
-                title=row[2] or DEFAULT_TITLE,
-                role=cast(Role, row[3]),
-                snippet=snippets.get(int(row[1]), ""),
-                rank=float(row[5]),
-                created_at=row[4],
+            if not ranked:
+                return []
+            ids = [int(row[0]) for row in ranked]
+            info = {
+                int(row[0]): row
+                for row in self._all(
+                    "SELECT m.id, m.conversation_id, c.title, m.role, m.created_at, m.content"
+                    " FROM messages m CROSS JOIN conversations c ON c.id = m.conversation_id"
+                    f" WHERE m.id IN ({','.join('?' * len(ids))})"
+                    f" AND c.deleted_at IS NULL{archived}",
+                    ids,
+                )
+            }
+            kept = [(int(row[0]), float(row[1])) for row in ranked if int(row[0]) in info]
+            if len(kept) >= limit or len(ranked) < fetch:
+                break
+            fetch *= 4  # many hits were in deleted/archived conversations: look further
+        kept = kept[:limit]
+        words = _query_words(text)
+        terms = query_terms(words)
+        prefix = _prefix_last(words)
+        hits = []
+        for mid, score in kept:
+            row = info[mid]
+            hits.append(
+                SearchHit(
+                    conversation_id=int(row["conversation_id"]),
+                    message_id=mid,
+                    title=row["title"] or DEFAULT_TITLE,
+                    role=cast(Role, row["role"]),
+                    snippet=make_snippet(row["content"], terms, prefix, marks),
+                    rank=score,
+                    created_at=float(row["created_at"]),
+                )
             )
-            for row in rows
-        ]
+        return hits

@@ -74,7 +74,6 @@ CREATE TABLE model_presets (
 _V2 = """
 ALTER TABLE conversations ADD COLUMN deleted_at REAL;
 ALTER TABLE messages ADD COLUMN meta TEXT NOT NULL DEFAULT '{}';
-CREATE INDEX conversations_by_deleted ON conversations(deleted_at);
 CREATE VIRTUAL TABLE messages_fts USING fts5(
     content,
     content = 'messages',

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -93,7 +94,8 @@ def test_fts_syntax_characters_are_plain_text(db: Database) -> None:
         assert all(h.message_id == m.id for h in hits)
     assert [h.message_id for h in db.search('"NEAR(a b)"')] == [m.id]
     assert [h.message_id for h in db.search("col:value")] == [m.id]
-    assert fts_query('a"b c') == '"a""b" "c" *'
+    assert fts_query('a"b cd') == '"a""b" "cd" *'
+    assert fts_query("llama c") == '"llama" "c"'  # one letter: no prefix
     assert fts_query("!!! ???") is None
 
 
@@ -103,3 +105,43 @@ def test_fts_syntax_characters_are_plain_text(db: Database) -> None:
 @given(text=st.text(max_size=40))
 def test_search_never_crashes_on_any_input(db: Database, text: str) -> None:
     db.search(text)
+
+
+def test_common_words_rank_only_the_most_recent_window(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.storage.conversations as conversations
+
+    monkeypatch.setattr(conversations, "SEARCH_WINDOW", 5)
+    c = db.create_conversation()
+    ids = [db.add_message(c.id, "user", "common " * (20 - i) + "word").id for i in range(12)]
+    hits = db.search("common", limit=50)
+    # Older messages repeat "common" more (better bm25) but are outside the window.
+    assert sorted(h.message_id for h in hits) == ids[-6:]
+    assert [h.message_id for h in hits] == ids[-6:]  # within it, best rank first
+
+
+def test_hits_in_deleted_conversations_do_not_hide_others(db: Database) -> None:
+    gone = db.create_conversation()
+    for _ in range(40):
+        db.add_message(gone.id, "user", "needle needle needle")
+    kept = db.create_conversation()
+    mine = db.add_message(kept.id, "user", "a needle somewhere in a long haystack of words")
+    db.delete_conversation(gone.id)
+    assert [h.message_id for h in db.search("needle", limit=1)] == [mine.id]
+
+
+def test_snippets_mark_folded_and_prefix_matches() -> None:
+    from app.storage._snippet import make_snippet, query_terms
+
+    marks = ("[", "]")
+    text = "Hello there, how does the llama work? Tell me about llamas"
+    assert make_snippet(text, query_terms(["llama"]), True, marks) == (
+        "Hello there, how does the [llama] work? Tell me about [llamas]"
+    )
+    long = "a " * 50 + "Crème brûlée needs a café torch " + "b " * 50
+    snip = make_snippet(long, query_terms(["creme", "CAFE"]), False, marks)
+    assert snip.startswith("…") and snip.endswith("…") and "[Crème]" in snip and "[café]" in snip
+    assert make_snippet("one two three four", ["four"], False, marks, width=2) == "…three [four]"
+    assert make_snippet("", ["x"], False, marks) == ""
+    assert make_snippet("no match here", ["zebra"], False, marks) == "no match here"
