@@ -1,0 +1,571 @@
+"""One chat tab: a conversation bound to one engine sequence.
+
+The tab keeps the branch it shows (storage messages), streams the reply into the last
+message widget (rendered by the window's flush timer, never per token), saves the reply
+while it streams and finishes it with the figures.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+from PySide6.QtCore import Qt, QTimer, Signal, Slot
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.errors import LlamaDeskError
+from app.storage import Conversation, Database, Message
+from app.ui.chat_view import ChatView, MessageData
+from app.ui.composer import Composer, ConversationSettings
+
+if TYPE_CHECKING:
+    from app.ui.worker import EngineWorker
+
+_SAVE_INTERVAL_S = 0.4
+
+
+class TabHost(Protocol):
+    """What a tab needs from the window."""
+
+    db: Database
+    worker: EngineWorker
+
+    def model_ready(self) -> bool: ...
+
+    def model_path(self) -> str | None: ...
+
+    def show_message(self, text: str, error: bool = True) -> None: ...
+
+    def fork_from(self, tab: ChatTab, message_id: int) -> None: ...
+
+    def conversation_changed(self, conversation_id: int) -> None: ...
+
+    def tab_state_changed(self, tab: ChatTab) -> None: ...
+
+    def context_policy(self) -> str: ...
+
+    def set_context_policy(self, policy: str) -> None: ...
+
+
+def message_data(db: Database, m: Message, with_siblings: bool = True) -> MessageData:
+    index, count = 1, 1
+    if with_siblings:
+        try:
+            index, count = db.sibling_position(m.id)
+        except LlamaDeskError:
+            pass
+    processed = m.meta.get("prompt_processed") if m.meta else None
+    cached = None
+    if m.prompt_tokens is not None and isinstance(processed, int):
+        cached = max(0, m.prompt_tokens - processed)
+    error = m.meta.get("error") if m.meta and m.status == "error" else None
+    return MessageData(
+        id=m.id,
+        role=m.role,
+        content=m.content,
+        status=m.status,
+        token_count=m.token_count,
+        prompt_tokens=m.prompt_tokens,
+        tokens_per_second=m.tokens_per_second,
+        sibling_index=index,
+        sibling_count=count,
+        error=str(error) if error else None,
+        cached_tokens=cached,
+    )
+
+
+def engine_messages(thread: list[Message]) -> list[dict[str, Any]]:
+    """The chat as the engine wants it: roles and text, without empty failed replies."""
+    out = []
+    for m in thread:
+        if m.role == "assistant" and not m.content:
+            continue
+        out.append({"role": m.role, "content": m.content})
+    return out
+
+
+class ChatTab(QWidget):
+    """See the module docstring."""
+
+    titleChanged = Signal()
+
+    def __init__(
+        self, host: TabHost, conversation: Conversation, leaf_id: int | None = None
+    ) -> None:
+        super().__init__()
+        self.host = host
+        self.db = host.db
+        self.conversation = conversation
+        self.cid = conversation.id
+        self.branch: list[Message] = []
+        self.generating = False
+        self.reply_id: int | None = None
+        self._parts: list[str] = []
+        self._dirty = False
+        self._saved_len = 0
+        self._last_save = 0.0
+        self._oldest_unpainted: float | None = None
+        self._error: str | None = None
+        self._editing: int | None = None
+        self._state = "idle"
+        self._prompt = (0, 0)
+        self._tok_s = 0.0
+        self._gen_tokens = 0
+        self._gen_started = 0.0
+        self.info: dict[str, Any] = {}
+        self.last_completion: dict[str, Any] | None = None
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+
+        self.view = ChatView(self)
+        self.view.action.connect(self._on_action)
+        layout.addWidget(self.view, 1)
+
+        # status line: context meter, state, what happens when full, settings toggle
+        status = QHBoxLayout()
+        status.setContentsMargins(8, 2, 8, 2)
+        self.meter = QProgressBar()
+        self.meter.setObjectName("context-meter")
+        self.meter.setMaximumWidth(180)
+        self.meter.setMaximumHeight(14)
+        self.meter.setTextVisible(False)
+        self.meter_label = QLabel()
+        self.meter_label.setObjectName("context-label")
+        self.state_label = QLabel("idle")
+        self.state_label.setObjectName("state-label")
+        self.policy = QComboBox()
+        self.policy.setObjectName("context-policy")
+        self.policy.addItem("When full: drop oldest messages", "shift")
+        self.policy.addItem("When full: stop", "stop")
+        self.policy.setToolTip(
+            "What happens when the conversation fills the context: drop the oldest messages "
+            "(keeping the system prompt) and go on, or stop the reply. Applies to every tab."
+        )
+        self.policy.activated.connect(self._on_policy)
+        self.settings_button = QToolButton()
+        self.settings_button.setText("Conversation settings")
+        self.settings_button.setCheckable(True)
+        self.settings_button.setObjectName("conversation-settings-toggle")
+        status.addWidget(self.meter)
+        status.addWidget(self.meter_label)
+        status.addSpacing(12)
+        status.addWidget(self.state_label, 1)
+        status.addWidget(self.policy)
+        status.addWidget(self.settings_button)
+        layout.addLayout(status)
+
+        self.settings = ConversationSettings(self)
+        self.settings.setVisible(False)
+        self.settings_button.toggled.connect(self.settings.setVisible)
+        self.settings.set_values(conversation.system_prompt, conversation.sampling)
+        self._settings_timer = QTimer(self)
+        self._settings_timer.setSingleShot(True)
+        self._settings_timer.setInterval(500)
+        self._settings_timer.timeout.connect(self.save_settings)
+        self.settings.changed.connect(self._settings_timer.start)
+        layout.addWidget(self.settings)
+
+        self.edit_banner = QLabel()
+        self.edit_banner.setObjectName("edit-banner")
+        self.edit_banner.setVisible(False)
+        self.edit_banner.setContentsMargins(8, 2, 8, 2)
+        layout.addWidget(self.edit_banner)
+
+        row = QHBoxLayout()
+        row.setContentsMargins(8, 4, 8, 8)
+        self.composer = Composer(self)
+        self.composer.sendRequested.connect(self.send)
+        self.composer.stopRequested.connect(self._on_escape)
+        self.send_button = QPushButton("Send")
+        self.send_button.setObjectName("send")
+        self.send_button.clicked.connect(self.send)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setObjectName("stop")
+        self.stop_button.clicked.connect(self.stop)
+        self.stop_button.setVisible(False)
+        row.addWidget(self.composer, 1)
+        row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
+        row.addWidget(self.stop_button, 0, Qt.AlignmentFlag.AlignBottom)
+        layout.addLayout(row)
+
+        self.sync_policy()
+        self.load_thread(leaf_id)
+        self._update_status()
+
+    # ------------------------------------------------------------------ data
+
+    @property
+    def title(self) -> str:
+        return self.conversation.title or "New chat"
+
+    def reload_conversation(self) -> None:
+        try:
+            self.conversation = self.db.get_conversation(self.cid, include_deleted=True)
+        except LlamaDeskError:
+            return
+        self.titleChanged.emit()
+
+    def load_thread(self, leaf_id: int | None = None) -> None:
+        try:
+            self.branch = self.db.get_thread(self.cid, leaf_id)
+        except LlamaDeskError:
+            self.branch = self.db.get_thread(self.cid)
+        self.view.set_messages([message_data(self.db, m) for m in self.branch])
+        self.view.set_placeholder(
+            "Say hello: type a message below and press Enter."
+            if self.host.model_ready()
+            else "No model is loaded yet. Open the model manager (Models ▸ Model manager) "
+            "to add a GGUF file, then come back here."
+        )
+
+    def leaf_id(self) -> int | None:
+        return self.branch[-1].id if self.branch else None
+
+    def save_settings(self) -> None:
+        self._settings_timer.stop()
+        system, sampling = self.settings.values()
+        if system == self.conversation.system_prompt and sampling == self.conversation.sampling:
+            return
+        try:
+            self.db.update_conversation_settings(self.cid, system_prompt=system, sampling=sampling)
+            self.conversation = self.db.get_conversation(self.cid)
+        except LlamaDeskError as exc:
+            self.host.show_message(str(exc))
+
+    # ------------------------------------------------------------------ user actions
+
+    @Slot()
+    def send(self) -> None:
+        text = self.composer.toPlainText().strip()
+        if not text:
+            return
+        if self.generating:
+            self.host.show_message("This tab is still answering: stop it first (Esc).", False)
+            return
+        if not self.host.model_ready():
+            self.host.show_message("Load a model first: open the model manager (Models menu).")
+            return
+        parent = self.leaf_id()
+        if self._editing is not None:
+            try:
+                parent = self.db.get_message(self._editing).parent_id
+            except LlamaDeskError as exc:
+                self.host.show_message(str(exc))
+                return
+        try:
+            user = self.db.add_message(self.cid, "user", text, parent_id=parent)
+        except LlamaDeskError as exc:
+            self.host.show_message(str(exc))
+            return
+        self.composer.clear()
+        self._cancel_edit()
+        self.reload_conversation()
+        self.host.conversation_changed(self.cid)
+        self._generate(user.id)
+
+    def regenerate(self, message_id: int) -> None:
+        if self.generating or not self.host.model_ready():
+            return
+        try:
+            message = self.db.get_message(message_id)
+        except LlamaDeskError as exc:
+            self.host.show_message(str(exc))
+            return
+        if message.parent_id is None:
+            return
+        self._generate(message.parent_id)
+
+    def edit(self, message_id: int) -> None:
+        if self.generating:
+            return
+        try:
+            message = self.db.get_message(message_id)
+        except LlamaDeskError as exc:
+            self.host.show_message(str(exc))
+            return
+        self._editing = message_id
+        self.composer.setPlainText(message.content)
+        self.composer.setFocus()
+        self.edit_banner.setText(
+            "Editing a message: Enter sends the new version (the old one stays as a branch), "
+            "Esc cancels."
+        )
+        self.edit_banner.setVisible(True)
+
+    def _cancel_edit(self) -> None:
+        self._editing = None
+        self.edit_banner.setVisible(False)
+
+    def navigate(self, message_id: int, delta: int) -> None:
+        if self.generating:
+            return
+        try:
+            siblings = self.db.siblings(message_id)
+            ids = [m.id for m in siblings]
+            index = ids.index(message_id) + delta
+            if not 0 <= index < len(ids):
+                return
+            leaf = self.db.leaf_of(ids[index])
+            self.db.set_current_leaf(self.cid, leaf)
+        except (LlamaDeskError, ValueError) as exc:
+            self.host.show_message(str(exc))
+            return
+        self.load_thread(leaf)
+
+    @Slot()
+    def stop(self) -> None:
+        if self.generating:
+            self.host.worker.stop(self.cid)
+
+    @Slot()
+    def _on_escape(self) -> None:
+        if self._editing is not None:
+            self._cancel_edit()
+            self.composer.clear()
+        else:
+            self.stop()
+
+    @Slot(int)
+    def _on_policy(self, index: int) -> None:
+        self.host.set_context_policy(str(self.policy.itemData(index)))
+
+    def sync_policy(self) -> None:
+        index = self.policy.findData(self.host.context_policy())
+        if index >= 0:
+            self.policy.setCurrentIndex(index)
+
+    @Slot(str, int)
+    def _on_action(self, name: str, message_id: int) -> None:
+        if name == "copy":
+            widget = self.view.widget_for(message_id)
+            clipboard = QGuiApplication.clipboard()
+            if widget is not None and clipboard is not None:
+                clipboard.setText(widget.data.content)
+        elif name == "edit":
+            self.edit(message_id)
+        elif name == "regenerate":
+            self.regenerate(message_id)
+        elif name == "fork":
+            if not self.generating:
+                self.host.fork_from(self, message_id)
+        elif name == "prev":
+            self.navigate(message_id, -1)
+        elif name == "next":
+            self.navigate(message_id, +1)
+
+    # ------------------------------------------------------------------ generation
+
+    def _generate(self, parent_id: int) -> None:
+        self.save_settings()
+        try:
+            reply = self.db.begin_reply(self.cid, parent_id, model_path=self.host.model_path())
+            self.branch = self.db.get_thread(self.cid, reply.id)
+        except LlamaDeskError as exc:
+            self.host.show_message(str(exc))
+            return
+        history = engine_messages(self.branch[:-1])
+        self.view.set_messages([message_data(self.db, m) for m in self.branch])
+        last = self.view.last()
+        if last is not None:
+            last.set_streaming(True)
+        self.view.set_actions_enabled(False)
+        self.reply_id = reply.id
+        self._parts = []
+        self._dirty = False
+        self._saved_len = 0
+        self._last_save = time.monotonic()
+        self._oldest_unpainted = None
+        self._error = None
+        self._gen_tokens = 0
+        self._gen_started = 0.0
+        self._tok_s = 0.0
+        self._set_generating(True)
+        self._state = "queued"
+        self._update_status()
+        self.host.worker.submit(
+            self.cid, history, self.conversation.system_prompt, self.conversation.sampling
+        )
+
+    def _set_generating(self, generating: bool) -> None:
+        self.generating = generating
+        self.send_button.setVisible(not generating)
+        self.stop_button.setVisible(generating)
+        self.titleChanged.emit()
+        self.host.tab_state_changed(self)
+
+    def reply_text(self) -> str:
+        return "".join(self._parts)
+
+    # slots called by the window for this tab's worker signals
+
+    def on_started(self, n_to_process: int) -> None:
+        self._state = "prompt"
+        self._prompt = (0, n_to_process)
+        self._update_status()
+
+    def on_progress(self, done: int, total: int) -> None:
+        self._state = "prompt"
+        self._prompt = (done, total)
+        self._update_status()
+
+    def on_tokens(self, text: str, n_tokens: int, sampled_at: float) -> None:
+        if not self.generating:
+            return
+        if self._state != "generating":
+            self._state = "generating"
+            self._gen_started = time.perf_counter()
+        self._parts.append(text)
+        self._gen_tokens += n_tokens
+        self._dirty = True
+        if self._oldest_unpainted is None:
+            self._oldest_unpainted = sampled_at
+
+    def on_failed(self, message: str) -> None:
+        self._error = message
+        self.host.show_message(message)
+
+    def on_shifted(self, n_discarded: int) -> None:
+        self.host.show_message(
+            f"The context was full: the oldest {n_discarded} tokens of this conversation were "
+            "dropped (the system prompt is kept).",
+            False,
+        )
+
+    def on_info(self, info: dict[str, Any]) -> None:
+        self.info = {**self.info, **info}
+        if "saved" in info and not info.get("resident", True):
+            self.info["on_disk"] = bool(info["saved"])
+        elif info.get("resident"):
+            self.info["on_disk"] = False
+        self._update_status()
+
+    def on_finished(self, completion: dict[str, Any]) -> None:
+        self.last_completion = completion
+        if self.reply_id is None:
+            return
+        reason = completion.get("finish_reason", "")
+        error = completion.get("error") or self._error
+        text = completion.get("text") or self.reply_text()
+        if reason == "aborted":
+            status = "stopped"
+        elif reason == "error" or (error and reason != "context_full"):
+            status = "error"
+        else:
+            status = "complete"
+        meta: dict[str, Any] = {
+            "finish_reason": reason,
+            "prompt_processed": int(completion.get("n_prompt_processed", 0)),
+            "prompt_ms": round(float(completion.get("prompt_ms", 0.0)), 1),
+            "gen_ms": round(float(completion.get("gen_ms", 0.0)), 1),
+        }
+        if error:
+            meta["error"] = error
+        self._finish_reply(
+            text,
+            status,
+            token_count=int(completion.get("n_tokens", 0)) or None,
+            prompt_tokens=int(completion.get("n_prompt", 0)) or None,
+            tokens_per_second=float(completion.get("tokens_per_second", 0.0)) or None,
+            meta=meta,
+        )
+
+    def _finish_reply(self, text: str, status: str, **figures: Any) -> None:
+        reply_id, self.reply_id = self.reply_id, None
+        self._parts = [text]
+        self._dirty = False
+        self._oldest_unpainted = None
+        self._set_generating(False)
+        self._state = "idle"
+        if reply_id is None:
+            return
+        try:
+            message = self.db.finish_reply(reply_id, text, status, **figures)
+        except LlamaDeskError as exc:
+            self.host.show_message(str(exc))
+            return
+        if self.branch and self.branch[-1].id == reply_id:
+            self.branch[-1] = message
+        widget = self.view.widget_for(reply_id)
+        if widget is not None:
+            widget.set_streaming(False)
+            widget.update_data(message_data(self.db, message))
+        self.view.set_actions_enabled(True)
+        self._update_status()
+        self.reload_conversation()
+        self.host.conversation_changed(self.cid)
+
+    def finish_for_shutdown(self) -> None:
+        """Save the reply as it is (stopped) when the window closes mid-generation."""
+        if self.reply_id is not None:
+            self._finish_reply(self.reply_text(), "stopped", meta={"finish_reason": "aborted"})
+
+    def flush(self, visible: bool) -> float | None:
+        """Paint buffered text (when shown) and save it now and then; returns the
+        perf_counter time at which the oldest painted text was sampled, or None."""
+        painted: float | None = None
+        if self.reply_id is None:
+            return None
+        if self._dirty and visible:
+            widget = self.view.last()
+            if widget is not None:
+                widget.set_content(self.reply_text())
+            self._dirty = False
+            painted, self._oldest_unpainted = self._oldest_unpainted, None
+        now = time.monotonic()
+        if now - self._last_save >= _SAVE_INTERVAL_S:
+            self._last_save = now
+            text = self.reply_text()
+            if len(text) != self._saved_len:
+                self._saved_len = len(text)
+                try:
+                    self.db.update_reply(self.reply_id, text)
+                except LlamaDeskError as exc:
+                    self.host.show_message(str(exc))
+        if self._state == "generating" and self._gen_started:
+            elapsed = time.perf_counter() - self._gen_started
+            if elapsed > 0.2:
+                self._tok_s = self._gen_tokens / elapsed
+            self._update_status()
+        return painted
+
+    # ------------------------------------------------------------------ status
+
+    def state_text(self) -> str:
+        if self._state == "queued":
+            return "waiting…"
+        if self._state == "prompt":
+            done, total = self._prompt
+            percent = int(100 * done / total) if total else 0
+            return f"processing prompt {percent}%"
+        if self._state == "generating":
+            return f"generating at {self._tok_s:.1f} tok/s" if self._tok_s else "generating"
+        if self.info.get("on_disk"):
+            return "idle · saved to disk"
+        if self.info.get("restored"):
+            return "idle · cache restored from disk"
+        return "idle"
+
+    def _update_status(self) -> None:
+        n = int(self.info.get("n_tokens", 0))
+        n_ctx = int(self.info.get("n_ctx", 0))
+        if n_ctx:
+            self.meter.setRange(0, n_ctx)
+            self.meter.setValue(min(n, n_ctx))
+            self.meter_label.setText(f"{n:,} / {n_ctx:,} tokens")
+        else:
+            self.meter.setRange(0, 1)
+            self.meter.setValue(0)
+            self.meter_label.setText("no model")
+        self.state_label.setText(self.state_text())

@@ -1,0 +1,124 @@
+"""Start the window: ``llamadesk`` (and ``python -m app``) call :func:`run`.
+
+asyncio runs on Qt's event loop through qasync (``qasync.run``: Python 3.11's
+``asyncio.run`` has no ``loop_factory``). The window never blocks in an ``asyncSlot``; the
+only modal dialogs (database problems) run before the loop starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import traceback
+from types import TracebackType
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from app.errors import LlamaDeskError
+from app.storage import AppSettings, Database, DatabaseOpenError, load_settings, move_aside
+from app.ui.main_window import MainWindow
+
+log = logging.getLogger(__name__)
+
+_window: MainWindow | None = None
+
+
+def install_excepthook() -> None:
+    """Unexpected exceptions in slots are shown in the window's message bar, not fatal."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            previous(kind, exc, tb)
+            return
+        log.error("unexpected error:\n%s", "".join(traceback.format_exception(kind, exc, tb)))
+        window = _window
+        text = (
+            str(exc)
+            if isinstance(exc, LlamaDeskError)
+            else f"Something went wrong ({kind.__name__}: {exc}). Your conversations are safe; "
+            "the details are in the log."
+        )
+        if window is not None and not window.is_shut_down():
+            window.show_message(text)
+        else:
+            print(text, file=sys.stderr)
+
+    sys.excepthook = hook
+
+
+def open_database() -> tuple[Database, bool] | None:
+    """Open the database, offering the ways out storage provides; None to quit."""
+    try:
+        return Database.open(), False
+    except DatabaseOpenError as exc:
+        box = QMessageBox(QMessageBox.Icon.Warning, "LlamaDesk", str(exc))
+        read_only = move = None
+        if "read_only" in exc.ways_out:
+            read_only = box.addButton("Open read-only", QMessageBox.ButtonRole.AcceptRole)
+        if "move_aside" in exc.ways_out:
+            move = box.addButton(
+                "Move it aside and start fresh", QMessageBox.ButtonRole.DestructiveRole
+            )
+        box.addButton("Quit", QMessageBox.ButtonRole.RejectRole)
+        box.exec()  # before the event loop runs: not inside an asyncSlot
+        clicked = box.clickedButton()
+        try:
+            if clicked is not None and clicked is read_only:
+                return Database.open(exc.path, read_only=True), True
+            if clicked is not None and clicked is move:
+                moved = move_aside(exc.path)
+                log.warning("moved the database aside to %s", moved)
+                return Database.open(exc.path), False
+        except LlamaDeskError as again:
+            QMessageBox.critical(None, "LlamaDesk", str(again))
+        return None
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Open the window and run until it is closed; returns the exit code."""
+    global _window
+    app = QApplication.instance()
+    if app is None:
+        app = QApplication(argv if argv is not None else sys.argv)
+    assert isinstance(app, QApplication)
+    app.setApplicationName("LlamaDesk")
+    app.setOrganizationName("LlamaDesk")
+    app.setQuitOnLastWindowClosed(False)  # the window closes after saving; we quit then
+    install_excepthook()
+    settings = load_settings(AppSettings)
+    if settings.theme in ("light", "dark"):
+        hints = app.styleHints()
+        hints.setColorScheme(
+            Qt.ColorScheme.Dark if settings.theme == "dark" else Qt.ColorScheme.Light
+        )
+    opened = open_database()
+    if opened is None:
+        return 1
+    db, read_only = opened
+    window = MainWindow(db, settings, read_only=read_only)
+    _window = window
+    if read_only:
+        window.show_message(
+            "The conversation database is open read-only: you can read your conversations, "
+            "but nothing new is saved."
+        )
+
+    async def main() -> int:
+        done = asyncio.Event()
+        window.shutDown.connect(done.set)
+        window.show()
+        window.start()
+        await done.wait()
+        return 0
+
+    import qasync
+
+    try:
+        code = int(qasync.run(main()))
+    finally:
+        _window = None
+        db.close()
+    return code

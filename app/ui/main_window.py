@@ -1,0 +1,1003 @@
+"""The main window: sidebar, chat tabs, message bar, status bar, panels, shutdown."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QByteArray, Qt, QTimer, Signal, Slot
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QStackedWidget,
+    QTabWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app import paths
+from app.engine import ContextSettings, ModelInfo
+from app.errors import LlamaDeskError
+from app.storage import AppSettings, Database, StateStore, Tab, load_settings, save_settings
+from app.ui.chat_tab import ChatTab, engine_messages
+from app.ui.message_bar import MessageBar
+from app.ui.sidebar import Sidebar
+from app.ui.worker import EngineWorker, WorkerThread
+
+if TYPE_CHECKING:
+    from app.ui.model_manager import ModelManager
+    from app.ui.settings_panel import SettingsPanel
+
+log = logging.getLogger(__name__)
+
+FLUSH_INTERVAL_MS = 25  # streamed text is painted at most ~40 times a second
+SHUTDOWN_TIMEOUT_MS = 1500  # the worker gets this long to save the tabs' states
+PURGE_AFTER_S = 7 * 86400  # deleted conversations are purged for good after a week
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+class WelcomePage(QWidget):
+    """What the tab area shows with no tab open: how to start, or how to add a model."""
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        layout = QVBoxLayout(self)
+        layout.addStretch(1)
+        self.title = QLabel()
+        self.title.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        font = self.title.font()
+        font.setPointSizeF(font.pointSizeF() * 1.6)
+        self.title.setFont(font)
+        self.text = QLabel()
+        self.text.setObjectName("welcome-text")
+        self.text.setWordWrap(True)
+        self.text.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.text.setMaximumWidth(560)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        self.models_button = QPushButton("Open the model manager")
+        self.models_button.setObjectName("welcome-models")
+        self.models_button.clicked.connect(window.show_model_manager)
+        self.file_button = QPushButton("Choose a GGUF file…")
+        self.file_button.setObjectName("welcome-file")
+        self.file_button.clicked.connect(window.choose_model_file)
+        self.new_button = QPushButton("New chat (Ctrl+T)")
+        self.new_button.setObjectName("welcome-new")
+        self.new_button.clicked.connect(window.new_tab)
+        for b in (self.models_button, self.file_button, self.new_button):
+            row.addWidget(b)
+        row.addStretch(1)
+        center = QHBoxLayout()
+        center.addStretch(1)
+        inner = QVBoxLayout()
+        inner.addWidget(self.title)
+        inner.addSpacing(8)
+        inner.addWidget(self.text)
+        center.addLayout(inner)
+        center.addStretch(1)
+        layout.addLayout(center)
+        layout.addSpacing(12)
+        layout.addLayout(row)
+        layout.addStretch(2)
+
+    def update_for(self, model_ready: bool, loading: bool) -> None:
+        self.title.setText("Welcome to LlamaDesk")
+        if loading:
+            self.text.setText("Loading the model… You can start a chat as soon as it is ready.")
+        elif model_ready:
+            self.text.setText(
+                "Start a new chat with Ctrl+T, or open a saved one from the list on the left."
+            )
+        else:
+            self.text.setText(
+                "LlamaDesk runs language models on this computer, from GGUF files. "
+                "No model is loaded yet: add a .gguf file (or a folder of them) in the model "
+                "manager and press Load. Your conversations stay on this computer."
+            )
+        self.models_button.setVisible(not model_ready)
+        self.file_button.setVisible(not model_ready)
+        self.new_button.setVisible(model_ready)
+
+
+class MainWindow(QMainWindow):
+    """See the module docstring. ``start()`` restores tabs and loads the model."""
+
+    shutDown = Signal()  # the close finished: tabs saved, engine freed
+
+    def __init__(
+        self,
+        db: Database,
+        settings: AppSettings | None = None,
+        store: StateStore | None = None,
+        read_only: bool = False,
+    ) -> None:
+        super().__init__()
+        self.db = db
+        self.read_only = read_only
+        self.app_settings = settings if settings is not None else load_settings(AppSettings)
+        self.store = (
+            store
+            if store is not None
+            else StateStore(quota_bytes=self.app_settings.state_quota_bytes)
+        )
+        self._worker_thread = WorkerThread(self.store)
+        self.worker: EngineWorker = self._worker_thread.worker
+        self.model: dict[str, Any] | None = None
+        self._loading_path: str | None = None
+        self._closing = False
+        self._shut_down = False
+        self._tabs: dict[int, ChatTab] = {}
+        self._settings_panel: SettingsPanel | None = None
+        self._model_manager: ModelManager | None = None
+        self._file_dialog: QFileDialog | None = None
+        self.total_tok_s = 0.0
+        self.paint_hook: Any = None  # benchmark: called with the sampled time of painted text
+
+        self.setWindowTitle("LlamaDesk")
+        self.resize(1100, 720)
+        self._build()
+        self._connect_worker()
+        self._flush_timer = QTimer(self)
+        self._flush_timer.setInterval(FLUSH_INTERVAL_MS)
+        self._flush_timer.timeout.connect(self._flush)
+        self._save_tabs_timer = QTimer(self)
+        self._save_tabs_timer.setSingleShot(True)
+        self._save_tabs_timer.setInterval(300)
+        self._save_tabs_timer.timeout.connect(self.save_tabs)
+
+    # ================================================================ construction
+
+    def _build(self) -> None:
+        self.sidebar = Sidebar(self.db)
+        self.sidebar.setObjectName("sidebar")
+        self.sidebar.openRequested.connect(self.open_conversation)
+        self.sidebar.renameRequested.connect(self._rename)
+        self.sidebar.pinRequested.connect(self._pin)
+        self.sidebar.deleteRequested.connect(self.delete_conversation)
+        self.sidebar.newRequested.connect(self.new_tab)
+
+        self.message_bar = MessageBar()
+        self.tab_widget = QTabWidget()
+        self.tab_widget.setObjectName("tabs")
+        self.tab_widget.setTabsClosable(True)
+        self.tab_widget.setMovable(True)
+        self.tab_widget.setDocumentMode(True)
+        self.tab_widget.tabCloseRequested.connect(self.close_tab)
+        self.tab_widget.currentChanged.connect(self._on_current_changed)
+        self.tab_widget.tabBar().tabMoved.connect(lambda *_: self._save_tabs_timer.start())
+        plus = QToolButton()
+        plus.setText("+")
+        plus.setToolTip("New chat (Ctrl+T)")
+        plus.setAutoRaise(True)
+        plus.clicked.connect(self.new_tab)
+        self.tab_widget.setCornerWidget(plus, Qt.Corner.TopRightCorner)
+        self.welcome = WelcomePage(self)
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.welcome)
+        self.stack.addWidget(self.tab_widget)
+
+        right = QWidget()
+        rlayout = QVBoxLayout(right)
+        rlayout.setContentsMargins(0, 0, 0, 0)
+        rlayout.setSpacing(0)
+        rlayout.addWidget(self.message_bar)
+        rlayout.addWidget(self.stack, 1)
+
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(self.sidebar)
+        self.splitter.addWidget(right)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setSizes([260, 840])
+        self.setCentralWidget(self.splitter)
+
+        self.models_dock = QDockWidget("Models", self)
+        self.models_dock.setObjectName("models-dock")
+        self.models_dock.setAllowedAreas(
+            Qt.DockWidgetArea.RightDockWidgetArea | Qt.DockWidgetArea.BottomDockWidgetArea
+        )
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.models_dock)
+        self.models_dock.hide()
+
+        # status bar: model, memory, speed, load progress
+        bar = self.statusBar()
+        self.model_label = QLabel("No model loaded")
+        self.model_label.setObjectName("status-model")
+        self.memory_label = QLabel()
+        self.memory_label.setObjectName("status-memory")
+        self.speed_label = QLabel()
+        self.speed_label.setObjectName("status-speed")
+        self.load_bar = QProgressBar()
+        self.load_bar.setObjectName("load-progress")
+        self.load_bar.setRange(0, 1000)
+        self.load_bar.setMaximumWidth(160)
+        self.load_bar.setVisible(False)
+        self.cancel_load_button = QToolButton()
+        self.cancel_load_button.setText("Cancel")
+        self.cancel_load_button.setVisible(False)
+        self.cancel_load_button.clicked.connect(self.worker.cancel_load)
+        bar.addWidget(self.model_label, 1)
+        bar.addPermanentWidget(self.load_bar)
+        bar.addPermanentWidget(self.cancel_load_button)
+        bar.addPermanentWidget(self.memory_label)
+        bar.addPermanentWidget(self.speed_label)
+
+        self._build_actions()
+        self.welcome.update_for(False, False)
+
+    def _action(self, text: str, slot: Any, shortcut: Any = None, name: str = "") -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+            action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        action.triggered.connect(slot)
+        action.setObjectName(name)
+        self.addAction(action)
+        return action
+
+    def _build_actions(self) -> None:
+        menu = self.menuBar()
+        chat = menu.addMenu("&Chat")
+        chat.addAction(self._action("New chat", self.new_tab, "Ctrl+T", "new-tab"))
+        chat.addAction(self._action("Close tab", self.close_current_tab, "Ctrl+W", "close-tab"))
+        chat.addAction(self._action("Next tab", self.next_tab, "Ctrl+Tab", "next-tab"))
+        chat.addAction(
+            self._action("Previous tab", self.previous_tab, "Ctrl+Shift+Tab", "previous-tab")
+        )
+        chat.addAction(
+            self._action("Search conversations", self.sidebar.focus_search, "Ctrl+F", "search")
+        )
+        chat.addSeparator()
+        chat.addAction(self._action("Quit", self.close, QKeySequence.StandardKey.Quit, "quit"))
+        models = menu.addMenu("&Models")
+        models.addAction(
+            self._action("Model manager", self.show_model_manager, "Ctrl+M", "model-manager")
+        )
+        models.addAction(self._action("Load a model file…", self.choose_model_file, None, "open"))
+        models.addAction(self._action("Unload the model", self.unload_model, None, "unload"))
+        settings = menu.addMenu("&Settings")
+        settings.addAction(
+            self._action("Context settings…", self.open_settings, "Ctrl+,", "settings")
+        )
+        view = menu.addMenu("&View")
+        toggle = self._action("Conversation list", self._toggle_sidebar, "Ctrl+B", "sidebar")
+        toggle.setCheckable(True)
+        toggle.setChecked(True)
+        view.addAction(toggle)
+
+    def _connect_worker(self) -> None:
+        w = self.worker
+        w.tokens.connect(self._on_tokens)
+        w.progress.connect(self._on_progress)
+        w.started.connect(self._on_started)
+        w.finished.connect(self._on_finished)
+        w.failed.connect(self._on_failed)
+        w.shifted.connect(self._on_shifted)
+        w.tabInfo.connect(self._on_tab_info)
+        w.stats.connect(self._on_stats)
+        w.modelLoaded.connect(self._on_model_loaded)
+        w.modelUnloaded.connect(self._on_model_unloaded)
+        w.loadProgress.connect(self._on_load_progress)
+        w.loadFailed.connect(self._on_load_failed)
+        w.reconfigured.connect(self._on_reconfigured)
+        w.reconfigureFailed.connect(self._on_reconfigure_failed)
+        w.busyMessage.connect(self._on_busy_message)
+        w.error.connect(self._on_worker_error)
+        w.shutdownDone.connect(self._on_shutdown_done)
+
+    # ================================================================ start
+
+    def start(self, load_model: bool = True) -> None:
+        """Restore the window, the tabs and the conversation list; load the model."""
+        s = self.app_settings
+        if s.window_geometry:
+            self.restoreGeometry(QByteArray(base64.b64decode(s.window_geometry)))
+        if s.window_state:
+            self.restoreState(QByteArray(base64.b64decode(s.window_state)))
+        if not self.read_only:
+            try:
+                for cid in self.db.purge_deleted(older_than_seconds=PURGE_AFTER_S):
+                    self.store.delete(cid)
+            except LlamaDeskError as exc:
+                log.warning("purge failed: %s", exc)
+        self.sidebar.refresh()
+        if s.restore_tabs:
+            try:
+                tabs, active = self.db.load_tabs()
+            except LlamaDeskError as exc:
+                self.show_message(str(exc))
+                tabs, active = [], None
+            for tab in tabs:
+                self._add_tab(tab.conversation_id, tab.leaf_id)
+            if active is not None and active in self._tabs:
+                self.tab_widget.setCurrentWidget(self._tabs[active])
+        self._update_stack()
+        if load_model:
+            path = self.initial_model_path()
+            if path is not None:
+                self.load_model(path)
+            else:
+                self._update_stack()
+
+    def initial_model_path(self) -> str | None:
+        last = self.app_settings.last_model_path
+        if last and Path(last).is_file():
+            return last
+        demo = paths.demo_model_path()
+        if demo.is_file():
+            return str(demo)
+        return None
+
+    # ================================================================ host API for tabs
+
+    def model_ready(self) -> bool:
+        return self.model is not None
+
+    def model_path(self) -> str | None:
+        return str(self.model["path"]) if self.model else None
+
+    def show_message(self, text: str, error: bool = True) -> None:
+        self.message_bar.show_message(text, error, timeout_ms=0 if error else 8000)
+
+    def context_policy(self) -> str:
+        return self.app_settings.context_full_policy
+
+    def set_context_policy(self, policy: str) -> None:
+        if policy not in ("shift", "stop"):
+            return
+        self.app_settings.context_full_policy = policy  # type: ignore[assignment]
+        self.worker.set_policy(policy)
+        self._save_settings()
+        for tab in self._tabs.values():
+            tab.sync_policy()
+
+    def conversation_changed(self, conversation_id: int) -> None:
+        self.sidebar.schedule_refresh()
+        tab = self._tabs.get(conversation_id)
+        if tab is not None:
+            self._update_tab_title(tab)
+
+    def tab_state_changed(self, tab: ChatTab) -> None:
+        self._update_tab_title(tab)
+        if any(t.generating for t in self._tabs.values()):
+            if not self._flush_timer.isActive():
+                self._flush_timer.start()
+
+    def fork_from(self, tab: ChatTab, message_id: int) -> None:
+        try:
+            conversation = self.db.fork_conversation(tab.cid, message_id)
+            thread = self.db.get_thread(conversation.id)
+        except LlamaDeskError as exc:
+            self.show_message(str(exc))
+            return
+        new = self._add_tab(conversation.id, None, open_in_worker=False)
+        if new is None:
+            return
+        if self.model_ready():
+            self.worker.fork(
+                tab.cid, conversation.id, engine_messages(thread), tab.conversation.system_prompt
+            )
+        self.tab_widget.setCurrentWidget(new)
+        self.sidebar.schedule_refresh()
+        self._save_tabs_timer.start()
+
+    # ================================================================ tabs
+
+    def tabs(self) -> list[ChatTab]:
+        out = []
+        for i in range(self.tab_widget.count()):
+            w = self.tab_widget.widget(i)
+            if isinstance(w, ChatTab):
+                out.append(w)
+        return out
+
+    def tab_for(self, conversation_id: int) -> ChatTab | None:
+        return self._tabs.get(conversation_id)
+
+    def current_tab(self) -> ChatTab | None:
+        w = self.tab_widget.currentWidget()
+        return w if isinstance(w, ChatTab) else None
+
+    def _add_tab(
+        self, conversation_id: int, leaf_id: int | None, open_in_worker: bool = True
+    ) -> ChatTab | None:
+        try:
+            conversation = self.db.get_conversation(conversation_id)
+        except LlamaDeskError as exc:
+            self.show_message(str(exc))
+            return None
+        tab = ChatTab(self, conversation, leaf_id)
+        tab.titleChanged.connect(lambda t=tab: self._update_tab_title(t))
+        self._tabs[conversation_id] = tab
+        self.tab_widget.addTab(tab, "")
+        self._update_tab_title(tab)
+        if open_in_worker and self.model_ready():
+            self.worker.open_tab(conversation_id)
+        self._update_stack()
+        return tab
+
+    def _update_tab_title(self, tab: ChatTab) -> None:
+        index = self.tab_widget.indexOf(tab)
+        if index < 0:
+            return
+        title = tab.title
+        short = title if len(title) <= 24 else title[:23] + "…"
+        self.tab_widget.setTabText(index, ("● " if tab.generating else "") + short)
+        self.tab_widget.setTabToolTip(index, title)
+
+    @Slot()
+    def new_tab(self) -> ChatTab | None:
+        if self.read_only:
+            self.show_message(
+                "The conversation database is open read-only: new chats cannot be saved."
+            )
+            return None
+        s = self.app_settings
+        try:
+            conversation = self.db.create_conversation(
+                system_prompt=s.default_system_prompt,
+                sampling=s.default_sampling.to_dict(),
+                model_path=self.model_path(),
+            )
+        except LlamaDeskError as exc:
+            self.show_message(str(exc))
+            return None
+        tab = self._add_tab(conversation.id, None)
+        if tab is not None:
+            self.tab_widget.setCurrentWidget(tab)
+            tab.composer.setFocus()
+        self.sidebar.schedule_refresh()
+        self._save_tabs_timer.start()
+        return tab
+
+    @Slot(int)
+    def open_conversation(self, conversation_id: int) -> None:
+        tab = self._tabs.get(conversation_id)
+        if tab is None:
+            tab = self._add_tab(conversation_id, None)
+            self._save_tabs_timer.start()
+        if tab is not None:
+            self.tab_widget.setCurrentWidget(tab)
+
+    @Slot()
+    def close_current_tab(self) -> None:
+        index = self.tab_widget.currentIndex()
+        if index >= 0:
+            self.close_tab(index)
+
+    @Slot(int)
+    def close_tab(self, index: int) -> None:
+        tab = self.tab_widget.widget(index)
+        if not isinstance(tab, ChatTab):
+            return
+        if tab.generating:
+            self.worker.stop(tab.cid)
+            tab.finish_for_shutdown()
+        tab.save_settings()
+        self.worker.close_tab(tab.cid, save=True)
+        self._tabs.pop(tab.cid, None)
+        self.tab_widget.removeTab(index)
+        empty = not tab.branch
+        tab.deleteLater()
+        if empty and not self.read_only:
+            # An empty "New chat" that was never used does not clutter the list.
+            try:
+                self.db.delete_conversation(tab.cid)
+                self.db.purge_deleted(older_than_seconds=PURGE_AFTER_S)
+            except LlamaDeskError:
+                pass
+            self.sidebar.schedule_refresh()
+        self._update_stack()
+        self._save_tabs_timer.start()
+
+    @Slot()
+    def next_tab(self) -> None:
+        n = self.tab_widget.count()
+        if n:
+            self.tab_widget.setCurrentIndex((self.tab_widget.currentIndex() + 1) % n)
+
+    @Slot()
+    def previous_tab(self) -> None:
+        n = self.tab_widget.count()
+        if n:
+            self.tab_widget.setCurrentIndex((self.tab_widget.currentIndex() - 1) % n)
+
+    @Slot(int)
+    def _on_current_changed(self, _index: int) -> None:
+        tab = self.current_tab()
+        if tab is not None:
+            tab.flush(True)
+            tab.view.scroll_to_end() if tab.view.follow else None
+        self._save_tabs_timer.start()
+
+    def _update_stack(self) -> None:
+        has_tabs = self.tab_widget.count() > 0
+        self.stack.setCurrentIndex(1 if has_tabs else 0)
+        self.welcome.update_for(self.model_ready(), self._loading_path is not None)
+
+    @Slot()
+    def save_tabs(self) -> None:
+        if self.read_only:
+            return
+        tabs = [Tab(t.cid, i, t.leaf_id()) for i, t in enumerate(self.tabs())]
+        current = self.current_tab()
+        try:
+            self.db.save_tabs(tabs, current.cid if current else None)
+        except LlamaDeskError as exc:
+            self.show_message(str(exc))
+
+    # ================================================================ conversations
+
+    @Slot(int, str)
+    def _rename(self, conversation_id: int, title: str) -> None:
+        try:
+            self.db.rename(conversation_id, title)
+        except LlamaDeskError as exc:
+            self.show_message(str(exc))
+        tab = self._tabs.get(conversation_id)
+        if tab is not None:
+            tab.reload_conversation()
+        self.sidebar.schedule_refresh()
+
+    @Slot(int, bool)
+    def _pin(self, conversation_id: int, pinned: bool) -> None:
+        try:
+            self.db.set_pinned(conversation_id, pinned)
+        except LlamaDeskError as exc:
+            self.show_message(str(exc))
+        self.sidebar.refresh()
+
+    @Slot(int)
+    def delete_conversation(self, conversation_id: int) -> None:
+        try:
+            title = self.db.get_conversation(conversation_id).title or "New chat"
+        except LlamaDeskError as exc:
+            self.show_message(str(exc))
+            return
+        tab = self._tabs.get(conversation_id)
+        if tab is not None:
+            tab.branch = tab.branch or []  # keep the conversation even if empty
+            index = self.tab_widget.indexOf(tab)
+            if tab.generating:
+                self.worker.stop(tab.cid)
+                tab.finish_for_shutdown()
+            self.worker.close_tab(tab.cid, save=True)
+            self._tabs.pop(conversation_id, None)
+            self.tab_widget.removeTab(index)
+            tab.deleteLater()
+            self._update_stack()
+            self._save_tabs_timer.start()
+        try:
+            self.db.delete_conversation(conversation_id)
+        except LlamaDeskError as exc:
+            self.show_message(str(exc))
+            return
+        self.sidebar.refresh()
+        self.message_bar.show_message(
+            f"Deleted “{title}”.",
+            error=False,
+            action=("Undo", lambda: self._undo_delete(conversation_id)),
+            timeout_ms=15000,
+        )
+
+    def _undo_delete(self, conversation_id: int) -> None:
+        try:
+            self.db.restore_conversation(conversation_id)
+        except LlamaDeskError as exc:
+            self.show_message(str(exc))
+            return
+        self.sidebar.refresh()
+        self.open_conversation(conversation_id)
+
+    @Slot()
+    def _toggle_sidebar(self) -> None:
+        self.sidebar.setVisible(not self.sidebar.isVisible())
+
+    # ================================================================ models
+
+    def load_model(self, path: str) -> None:
+        if self._loading_path is not None:
+            return
+        for tab in self._tabs.values():
+            if tab.generating:
+                self.worker.stop(tab.cid)
+        self._loading_path = path
+        self.load_bar.setValue(0)
+        self.load_bar.setVisible(True)
+        self.cancel_load_button.setVisible(True)
+        self.model_label.setText(f"Loading {Path(path).name}…")
+        if self._model_manager is not None:
+            self._model_manager.set_loading(path, 0.0)
+        self.worker.load_model(path, dict(self.app_settings.context), self.context_policy())
+        self._update_stack()
+
+    @Slot()
+    def unload_model(self) -> None:
+        for tab in self._tabs.values():
+            if tab.generating:
+                self.worker.stop(tab.cid)
+        self.worker.unload_model()
+
+    @Slot()
+    def choose_model_file(self) -> None:
+        dialog = QFileDialog(self, "Choose a GGUF model file", str(Path.home()))
+        dialog.setNameFilter("GGUF models (*.gguf);;All files (*)")
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
+        dialog.fileSelected.connect(self._model_file_chosen)
+        self._file_dialog = dialog
+        dialog.open()
+
+    @Slot(str)
+    def _model_file_chosen(self, path: str) -> None:
+        if not path:
+            return
+        try:
+            from app.ui.model_manager import read_metadata
+
+            self.db.add_model_file(path, read_metadata)
+        except (ImportError, LlamaDeskError) as exc:
+            log.info("not added to the library: %s", exc)
+        if self._model_manager is not None:
+            self._model_manager.refresh()
+        self.load_model(path)
+
+    def model_manager(self) -> ModelManager | None:
+        if self._model_manager is None:
+            try:
+                from app.ui.model_manager import ModelManager
+            except ImportError as exc:
+                log.warning("model manager unavailable: %s", exc)
+                return None
+            manager = ModelManager(self.db)
+            manager.loadRequested.connect(self.load_model)
+            manager.unloadRequested.connect(self.unload_model)
+            manager.cancelLoadRequested.connect(self.worker.cancel_load)
+            manager.set_loaded(self.model_path())
+            if self._loading_path:
+                manager.set_loading(self._loading_path, self.load_bar.value() / 1000)
+            self.models_dock.setWidget(manager)
+            self._model_manager = manager
+        return self._model_manager
+
+    @Slot()
+    def show_model_manager(self) -> None:
+        if self.model_manager() is None:
+            self.choose_model_file()
+            return
+        self.models_dock.show()
+        self.models_dock.raise_()
+
+    # ================================================================ settings panel
+
+    def current_context_settings(self) -> ContextSettings:
+        if self.model is not None:
+            return ContextSettings.from_dict(self.model["settings"])
+        return ContextSettings.from_dict(self.app_settings.context)
+
+    def _model_info(self) -> ModelInfo | None:
+        return ModelInfo.from_dict(self.model) if self.model is not None else None
+
+    def _presets(self) -> dict[str, dict[str, Any]]:
+        path = self.model_path()
+        if path is None:
+            return {}
+        try:
+            return {p.name: dict(p.settings) for p in self.db.get_presets(path)}
+        except LlamaDeskError as exc:
+            self.show_message(str(exc))
+            return {}
+
+    @Slot()
+    def open_settings(self) -> None:
+        if self._settings_panel is not None:
+            self._settings_panel.show()
+            self._settings_panel.raise_()
+            self._settings_panel.activateWindow()
+            return
+        try:
+            from app.ui.settings_panel import SettingsPanel
+        except ImportError as exc:
+            self.show_message(f"The settings panel is not available ({exc}).")
+            return
+        panel = SettingsPanel(
+            self.current_context_settings(), self._model_info(), self._presets(), self
+        )
+        panel.applyRequested.connect(self._apply_settings)
+        panel.presetSaveRequested.connect(self._save_preset)
+        panel.presetDeleteRequested.connect(self._delete_preset)
+        panel.finished.connect(self._settings_closed)
+        self._settings_panel = panel
+        panel.open()
+
+    def settings_panel(self) -> SettingsPanel | None:
+        return self._settings_panel
+
+    @Slot(int)
+    def _settings_closed(self, _result: int) -> None:
+        panel, self._settings_panel = self._settings_panel, None
+        if panel is not None:
+            panel.deleteLater()
+
+    @Slot(object)
+    def _apply_settings(self, settings: object) -> None:
+        if not isinstance(settings, ContextSettings):
+            return
+        panel = self._settings_panel
+        if self.model is None:
+            self.app_settings.context = settings.to_dict()
+            self._save_settings()
+            if panel is not None:
+                panel.set_applying(False)
+                panel.set_settings(settings)
+            return
+        busy = [t for t in self._tabs.values() if t.generating]
+        if busy and self.current_context_settings().needs_rebuild(settings):
+            if panel is not None:
+                panel.show_error(
+                    "Stop generation in every tab before applying these settings "
+                    "(they rebuild the context)."
+                )
+            return
+        if panel is not None:
+            panel.set_applying(True, "Saving the tabs' caches and rebuilding the context…")
+        self.worker.reconfigure(settings.to_dict())
+
+    @Slot(dict)
+    def _on_reconfigured(self, info: dict[str, Any]) -> None:
+        self.model = info
+        self.app_settings.context = dict(info["settings"])
+        self._save_settings()
+        self._update_model_labels()
+        panel = self._settings_panel
+        if panel is not None:
+            panel.set_applying(False, "Applied.")
+            panel.set_settings(ContextSettings.from_dict(info["settings"]))
+        self.statusBar().showMessage("Context settings applied; every tab was kept.", 5000)
+
+    @Slot(str)
+    def _on_reconfigure_failed(self, message: str) -> None:
+        panel = self._settings_panel
+        if panel is not None:
+            panel.show_error(message)
+        else:
+            self.show_message(message)
+
+    @Slot(str, dict)
+    def _save_preset(self, name: str, settings: dict[str, Any]) -> None:
+        path = self.model_path()
+        if path is None:
+            if self._settings_panel is not None:
+                self._settings_panel.show_error("Load a model first: presets belong to a model.")
+            return
+        try:
+            self.db.save_preset(path, name, settings)
+        except LlamaDeskError as exc:
+            if self._settings_panel is not None:
+                self._settings_panel.show_error(str(exc))
+            return
+        if self._settings_panel is not None:
+            self._settings_panel.set_presets(self._presets())
+
+    @Slot(str)
+    def _delete_preset(self, name: str) -> None:
+        path = self.model_path()
+        if path is None:
+            return
+        try:
+            self.db.delete_preset(path, name)
+        except LlamaDeskError as exc:
+            self.show_message(str(exc))
+        if self._settings_panel is not None:
+            self._settings_panel.set_presets(self._presets())
+
+    def _save_settings(self) -> None:
+        try:
+            save_settings(self.app_settings)
+        except LlamaDeskError as exc:
+            self.show_message(str(exc))
+
+    # ================================================================ worker signals
+
+    @Slot(int, str, int, float)
+    def _on_tokens(self, tab_id: int, text: str, n: int, sampled_at: float) -> None:
+        tab = self._tabs.get(tab_id)
+        if tab is not None:
+            tab.on_tokens(text, n, sampled_at)
+
+    @Slot(int, int, int)
+    def _on_progress(self, tab_id: int, done: int, total: int) -> None:
+        tab = self._tabs.get(tab_id)
+        if tab is not None:
+            tab.on_progress(done, total)
+
+    @Slot(int, int)
+    def _on_started(self, tab_id: int, n: int) -> None:
+        tab = self._tabs.get(tab_id)
+        if tab is not None:
+            tab.on_started(n)
+
+    @Slot(int, dict)
+    def _on_finished(self, tab_id: int, completion: dict[str, Any]) -> None:
+        tab = self._tabs.get(tab_id)
+        if tab is not None:
+            tab.on_finished(completion)
+        if not any(t.generating for t in self._tabs.values()):
+            self._flush_timer.stop()
+
+    @Slot(int, str)
+    def _on_failed(self, tab_id: int, message: str) -> None:
+        tab = self._tabs.get(tab_id)
+        if tab is not None:
+            tab.on_failed(message)
+        else:
+            self.show_message(message)
+
+    @Slot(int, int)
+    def _on_shifted(self, tab_id: int, n: int) -> None:
+        tab = self._tabs.get(tab_id)
+        if tab is not None:
+            tab.on_shifted(n)
+
+    @Slot(int, dict)
+    def _on_tab_info(self, tab_id: int, info: dict[str, Any]) -> None:
+        tab = self._tabs.get(tab_id)
+        if tab is not None:
+            tab.on_info(info)
+
+    @Slot(dict)
+    def _on_stats(self, stats: dict[str, Any]) -> None:
+        self.total_tok_s = float(stats.get("tok_s", 0.0))
+        busy = int(stats.get("busy", 0))
+        self.speed_label.setText(
+            f"{self.total_tok_s:.1f} tok/s · {busy} generating" if busy else "idle"
+        )
+
+    @Slot()
+    def _flush(self) -> None:
+        current = self.current_tab()
+        hook = self.paint_hook
+        for tab in self._tabs.values():
+            painted = tab.flush(tab is current)
+            if painted is not None and hook is not None:
+                hook(painted)
+
+    @Slot(dict)
+    def _on_model_loaded(self, info: dict[str, Any]) -> None:
+        self.model = info
+        self._loading_path = None
+        self.load_bar.setVisible(False)
+        self.cancel_load_button.setVisible(False)
+        path = str(info["path"])
+        self.app_settings.last_model_path = path
+        self._save_settings()
+        if not self.read_only:
+            try:
+                self.db.mark_used(path)
+            except LlamaDeskError:
+                pass
+        self._update_model_labels()
+        for tab in self.tabs():
+            self.worker.open_tab(tab.cid)
+            tab.view.set_placeholder("Say hello: type a message below and press Enter.")
+        if self._model_manager is not None:
+            self._model_manager.set_loading(None, 0.0)
+            self._model_manager.set_loaded(path)
+        if self._settings_panel is not None:
+            self._settings_panel.set_model_info(self._model_info())
+            self._settings_panel.set_settings(self.current_context_settings())
+            self._settings_panel.set_presets(self._presets())
+        self._update_stack()
+
+    def _update_model_labels(self) -> None:
+        info = self.model
+        if info is None:
+            self.model_label.setText("No model loaded")
+            self.memory_label.setText("")
+            return
+        settings = info.get("settings", {})
+        self.model_label.setText(
+            f"{info.get('display_name')} · {info.get('params_label')} · {info.get('file_type')} · "
+            f"context {settings.get('n_ctx')} × {settings.get('n_seq_max')} tabs resident"
+        )
+        self.memory_label.setText(
+            f"Model {format_bytes(float(info.get('model_bytes', 0)))} · "
+            f"KV cache {format_bytes(float(info.get('kv_bytes', 0)))}"
+        )
+
+    @Slot()
+    def _on_model_unloaded(self) -> None:
+        self.model = None
+        for tab in self._tabs.values():
+            tab.on_info({"n_tokens": 0, "n_ctx": 0, "resident": False})
+            if tab.generating:
+                tab.finish_for_shutdown()
+        self._update_model_labels()
+        if self._model_manager is not None:
+            self._model_manager.set_loaded(None)
+        self._update_stack()
+
+    @Slot(float)
+    def _on_load_progress(self, fraction: float) -> None:
+        self.load_bar.setValue(int(fraction * 1000))
+        if self._model_manager is not None and self._loading_path:
+            self._model_manager.set_loading(self._loading_path, fraction)
+
+    @Slot(str, str)
+    def _on_load_failed(self, path: str, message: str) -> None:
+        self._loading_path = None
+        self.load_bar.setVisible(False)
+        self.cancel_load_button.setVisible(False)
+        self._update_model_labels()
+        self.show_message(message)
+        if self._model_manager is not None:
+            self._model_manager.set_loading(None, 0.0)
+            self._model_manager.show_error(path, message)
+        self._update_stack()
+
+    @Slot(str)
+    def _on_busy_message(self, message: str) -> None:
+        if message:
+            self.statusBar().showMessage(message)
+        else:
+            self.statusBar().clearMessage()
+
+    @Slot(str)
+    def _on_worker_error(self, message: str) -> None:
+        self.show_message(message)
+
+    # ================================================================ shutdown
+
+    def is_shut_down(self) -> bool:
+        return self._shut_down
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        if self._shut_down:
+            event.accept()
+            return
+        event.ignore()
+        if self._closing:
+            return
+        self._closing = True
+        self._flush_timer.stop()
+        self.worker.stop(None)
+        for tab in self.tabs():
+            tab.save_settings()
+            tab.finish_for_shutdown()
+        self.save_tabs()
+        self.app_settings.window_geometry = base64.b64encode(
+            bytes(self.saveGeometry().data())
+        ).decode()
+        self.app_settings.window_state = base64.b64encode(bytes(self.saveState().data())).decode()
+        self._save_settings()
+        self._shutdown_started = time.monotonic()
+        self.worker.shutdown()
+        QTimer.singleShot(SHUTDOWN_TIMEOUT_MS, self._on_shutdown_done)
+
+    @Slot()
+    def _on_shutdown_done(self) -> None:
+        if self._shut_down:
+            return
+        self._shut_down = True
+        if not self._worker_thread.stop(500):
+            log.warning("the engine thread did not stop in time")
+        if self._settings_panel is not None:
+            self._settings_panel.close()
+        self.close()
+        self.shutDown.emit()
