@@ -84,6 +84,10 @@ class Batch:
         self.n = end
         return end - 1
 
+    def mark_all_outputs(self) -> None:
+        """Request output for every token (encoders and pooled embeddings need them all)."""
+        self._logits[: self.n] = 1
+
     @property
     def free(self) -> int:
         return self.capacity - self.n

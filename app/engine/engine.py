@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import llama_cpp
 import numpy as np
 
 from app.engine.chat_template import ChatTemplate
@@ -59,6 +60,7 @@ class _Seq:
     want_generation: bool = False
     want_logits: bool = False  # keep the last prompt token's logits (tests, scoring)
     last_logits: np.ndarray | None = None
+    encoder_input: list[int] | None = None  # encoder-decoder models: the prompt for llama_encode
     generating: bool = False
     stop_requested: bool = False
     params: SamplingParams | None = None
@@ -104,6 +106,7 @@ class Engine:
         self._next_key = 1
         self._clock = 0
         self._rotation = 0
+        self._encoded_for: int | None = None  # whose encoder output the context holds
         self.context_full_policy = "shift"  # or "stop"
 
     # ---------------------------------------------------------------- lifecycle
@@ -414,6 +417,9 @@ class Engine:
 
     def _set_tokens(self, seq: _Seq, tokens: list[int]) -> int:
         self._check_tokens(tokens)
+        model = self._need_model()
+        if model.has_encoder:
+            return self._set_encoder_input(seq, tokens)
         if len(tokens) >= self.n_ctx_seq:
             raise ContextFullError(
                 f"The prompt is {len(tokens):,} tokens but the context holds {self.n_ctx_seq:,}: "
@@ -428,6 +434,43 @@ class Engine:
         seq.completion = Completion(n_prompt=len(tokens), n_prompt_processed=len(seq.pending))
         self._touch(seq)
         return len(seq.pending)
+
+    def _set_encoder_input(self, seq: _Seq, tokens: list[int]) -> int:
+        """Encoder-decoder models: the prompt goes through ``llama_encode``; decoding starts
+        from the decoder start token."""
+        ctx = self._need_ctx()
+        model = self._need_model()
+        if not tokens:
+            raise EngineError("There is nothing to encode: the prompt is empty.")
+        limit = min(ctx.settings.n_ubatch, ctx.n_batch)
+        if len(tokens) > limit:
+            raise ContextFullError(
+                f"The prompt is {len(tokens):,} tokens; this encoder-decoder model reads at most {limit:,} "
+                "at once (raise the micro-batch size)."
+            )
+        self._truncate(seq, 0)
+        seq.parked = None
+        seq.encoder_input = list(tokens)
+        if self._encoded_for == seq.key:
+            self._encoded_for = None
+        start = int(llama_cpp.llama_model_decoder_start_token(model.handle))
+        seq.pending = [start if start >= 0 else model.bos]
+        seq.prompt_total, seq.prompt_done = len(tokens), 0
+        seq.completion = Completion(n_prompt=len(tokens), n_prompt_processed=len(tokens))
+        self._touch(seq)
+        return len(tokens)
+
+    def _encode(self, seq: _Seq) -> bool:
+        ctx = self._need_ctx()
+        assert seq.seq_id is not None and seq.encoder_input is not None
+        ctx.batch.clear()
+        ctx.batch.add_span(seq.encoder_input, 0, seq.seq_id, False)
+        ctx.batch.mark_all_outputs()
+        code = ctx.encode()
+        if code != 0:
+            return False
+        self._encoded_for = seq.key
+        return True
 
     def _truncate(self, seq: _Seq, n: int) -> None:
         """Keep only the first ``n`` cached tokens."""
@@ -569,6 +612,15 @@ class Engine:
         busy = [s for s in self._seqs.values() if s.busy]
         if not busy:
             return events
+        if self._need_model().has_encoder:
+            # The context holds one encoder output at a time: encoder-decoder sequences take turns.
+            current = [s for s in busy if s.key == self._encoded_for]
+            busy = current or busy[:1]
+            self._ensure_resident(busy[0], events, protect={busy[0].key})
+            if busy[0].seq_id is not None and self._encoded_for != busy[0].key:
+                if busy[0].encoder_input is None or not self._encode(busy[0]):
+                    self._finish(busy[0], "error", events, "llama.cpp could not encode the prompt.")
+                    return events
         for seq in sorted(busy, key=lambda s: s.seq_id is None):
             self._ensure_resident(seq, events, protect={s.key for s in busy})
         for attempt in range(6):
@@ -592,6 +644,8 @@ class Engine:
         batch.clear()
         spans: list[tuple[_Seq, list[int], int | None]] = []
         resident = [s for s in self._seqs.values() if s.busy and s.seq_id is not None and s.pending]
+        if self._encoded_for is not None and self._need_model().has_encoder:
+            resident = [s for s in resident if s.key == self._encoded_for]
         generating = [s for s in resident if s.generating]
         prefilling = [s for s in resident if not s.generating]
         # Rotate the order of prefilling sequences so that one long prompt cannot starve others.
@@ -1116,8 +1170,6 @@ class Engine:
             raise EngineError("Embeddings need a context created with embeddings enabled.")
         if self.has_work():
             raise EngineError("Stop generation before computing embeddings.")
-        import llama_cpp
-
         n_embd = int(llama_cpp.llama_model_n_embd(model.handle))
         results = []
         scratch = self.open_sequence()
@@ -1136,7 +1188,7 @@ class Engine:
                     )
                 ctx.batch.clear()
                 ctx.batch.add_span(tokens, 0, seq.seq_id, True)
-                ctx.batch._logits[: ctx.batch.n] = 1
+                ctx.batch.mark_all_outputs()
                 result = ctx.decode()
                 if not result.ok:
                     raise EngineError(

@@ -129,3 +129,76 @@ def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def write_tiny_t5(
+    path: Path, seed: int = 0, n_embd: int = 64, n_head: int = 4, n_layer: int = 2, n_ff: int = 128
+) -> Path:
+    """A tiny encoder-decoder (T5 architecture) with random weights and the same vocabulary."""
+    tokens, scores, types = vocabulary()
+    n_vocab = len(tokens)
+    head_dim = n_embd // n_head
+    n_buckets = 32
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 2.8 / np.sqrt(shape[-1])).astype(np.float32)
+
+    writer = gguf.GGUFWriter(str(path), "t5")
+    writer.add_name("tiny-test-t5")
+    writer.add_context_length(512)
+    writer.add_embedding_length(n_embd)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_block_count(n_layer)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_relative_attn_buckets_count(n_buckets)
+    writer.add_decoder_start_token_id(0)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_add_bos_token(False)
+    writer.add_add_eos_token(True)
+    writer.add_tensor("token_embd.weight", w(n_vocab, n_embd))
+    for i in range(n_layer):
+        e = f"enc.blk.{i}."
+        writer.add_tensor(e + "attn_norm.weight", np.ones(n_embd, np.float32))
+        writer.add_tensor(e + "attn_rel_b.weight", w(n_buckets, n_head))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_o"):
+            writer.add_tensor(e + name + ".weight", w(n_embd, n_embd))
+        writer.add_tensor(e + "ffn_norm.weight", np.ones(n_embd, np.float32))
+        writer.add_tensor(e + "ffn_up.weight", w(n_ff, n_embd))
+        writer.add_tensor(e + "ffn_down.weight", w(n_embd, n_ff))
+        d = f"dec.blk.{i}."
+        writer.add_tensor(d + "attn_norm.weight", np.ones(n_embd, np.float32))
+        writer.add_tensor(d + "attn_rel_b.weight", w(n_buckets, n_head))
+        for name in (
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_o",
+            "cross_attn_q",
+            "cross_attn_k",
+            "cross_attn_v",
+            "cross_attn_o",
+        ):
+            writer.add_tensor(d + name + ".weight", w(n_embd, n_embd))
+        writer.add_tensor(d + "cross_attn_norm.weight", np.ones(n_embd, np.float32))
+        writer.add_tensor(d + "ffn_norm.weight", np.ones(n_embd, np.float32))
+        writer.add_tensor(d + "ffn_up.weight", w(n_ff, n_embd))
+        writer.add_tensor(d + "ffn_down.weight", w(n_embd, n_ff))
+    writer.add_tensor("enc.output_norm.weight", np.ones(n_embd, np.float32))
+    writer.add_tensor("dec.output_norm.weight", np.ones(n_embd, np.float32))
+    writer.add_tensor("output.weight", w(n_vocab, n_embd))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
