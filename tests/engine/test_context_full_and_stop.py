@@ -147,3 +147,30 @@ def test_stop_mid_reply(engine: Engine) -> None:
     completion = engine.run_until_done(key)
     assert completion.finish_reason in ("aborted", "eog")
     assert not engine.is_busy(key)
+
+
+def test_full_cache_pool_evicts_idle_sequences(tiny_model: Path) -> None:
+    # Four slots share 512 cells; three idle sequences hold most of them.
+    with Engine.open(
+        tiny_model, small_settings(n_ctx=512, n_batch=64, n_ubatch=64, n_seq_max=4)
+    ) as engine:
+        idle = []
+        for i in range(3):
+            key = engine.open_sequence()
+            engine.set_tokens(key, [1] + [300 + i] * 140)
+            engine.prefill(key)
+            engine.run_until_done(key)
+            idle.append(key)
+        busy = engine.open_sequence()
+        engine.set_tokens(busy, [1] + [310] * 100)
+        events = []
+        completion = engine.complete(
+            busy, SamplingParams(temperature=0.0, max_tokens=60), on_event=events.append
+        )
+        assert completion.finish_reason in ("length", "eog")
+        evicted = [e.key for e in events if type(e).__name__ == "Evicted"]
+        assert evicted and evicted[0] == idle[0]  # the least recently used went first
+        # An evicted sequence comes back intact from its parked state.
+        assert engine.parked_state(idle[0]) is not None
+        assert engine.next_logits(idle[0]) is not None
+        assert engine.tokens(idle[0]) == [1] + [300] * 140
