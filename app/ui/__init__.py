@@ -1,0 +1,1 @@
+"""Qt user interface of LlamaDesk (widgets, dialogs and the engine worker)."""

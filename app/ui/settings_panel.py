@@ -1,0 +1,975 @@
+"""The context settings dialog: every ``ContextSettings`` field, explained and validated.
+
+The panel never changes anything by itself. It edits a copy of the settings it was given
+and emits :attr:`SettingsPanel.applyRequested` with a new, validated
+:class:`~app.engine.settings.ContextSettings`; the main window applies it (threads live,
+anything else by rebuilding the context while keeping every tab) and reports back with
+:meth:`SettingsPanel.set_applying`, :meth:`SettingsPanel.set_settings` and
+:meth:`SettingsPanel.show_error`.
+
+Presets are only requested here (:attr:`presetSaveRequested`,
+:attr:`presetDeleteRequested`); the main window stores them and calls
+:meth:`SettingsPanel.set_presets` with the new list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from PySide6.QtCore import Qt, Signal, Slot
+from PySide6.QtGui import QFont, QPalette, QWheelEvent
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDoubleSpinBox,
+    QFrame,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.engine.errors import ContextError
+from app.engine.metadata import ModelInfo
+from app.engine.settings import (
+    ATTENTION,
+    FLASH_ATTN,
+    KV_TYPES,
+    MAX_SEQUENCES,
+    POOLING,
+    ROPE_SCALING,
+    ContextSettings,
+)
+
+__all__ = ["SettingsPanel", "format_bytes"]
+
+FROM_MODEL = "From the model"
+_INT_MAX = 1 << 24  # n_ctx's limit in ContextSettings.validate; also used for yarn_orig_ctx
+
+Kind = Literal["int", "float", "bool", "choice"]
+
+
+def format_bytes(n: float) -> str:
+    """``1536`` -> ``"1.5 KiB"``; binary units as memory is counted."""
+    value = float(n)
+    if value < 1024:
+        return f"{int(value)} bytes"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            return f"{value:.2f} {unit}" if value < 10 else f"{value:.1f} {unit}"
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    label: str
+    help: str
+    kind: Kind
+    minimum: float = 0
+    maximum: float = 0
+    step: float = 1
+    decimals: int = 0
+    special: str | None = None  # shown instead of the minimum value
+    choices: tuple[tuple[str, str], ...] = ()  # (value, text)
+
+
+def _choices(options: dict[str, Any], labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple((key, labels.get(key, key)) for key in options)
+
+
+def _kv_label(name: str) -> str:
+    size = KV_TYPES[name][1]
+    notes = {
+        "f16": "exact, the default",
+        "f32": "exact, twice the memory",
+        "bf16": "exact range, less precision",
+        "q8_0": "about half of f16, nearly lossless",
+        "q4_0": "about a quarter of f16, lower quality",
+    }
+    note = notes.get(name, "smaller, lower quality")
+    return f"{name} — {size:.2f} bytes per value ({note})"
+
+
+_KV_CHOICES = tuple((name, _kv_label(name)) for name in KV_TYPES)
+
+_GROUPS: tuple[tuple[str, tuple[_Field, ...]], ...] = (
+    (
+        "Context",
+        (
+            _Field(
+                "n_ctx",
+                "Context size",
+                "How many tokens (pieces of words) the model keeps in memory, for all resident "
+                "tabs together. 0 uses the length the model was trained for.",
+                "int",
+                0,
+                _INT_MAX,
+                step=1024,
+                special=f"0 — {FROM_MODEL}",
+            ),
+            _Field(
+                "n_seq_max",
+                "Resident tabs",
+                "How many tabs keep their conversation cached at once; other tabs are saved and "
+                "re-read when you switch to them.",
+                "int",
+                1,
+                MAX_SEQUENCES,
+            ),
+            _Field(
+                "kv_unified",
+                "Unified cache",
+                "Resident tabs share one pool of context instead of each getting a fixed "
+                "slice (context size ÷ resident tabs). Recommended.",
+                "bool",
+            ),
+        ),
+    ),
+    (
+        "Batching",
+        (
+            _Field(
+                "n_batch",
+                "Batch size",
+                "Most tokens handed to the model in one step while reading a prompt. Larger reads "
+                "long prompts faster and uses more memory.",
+                "int",
+                1,
+                1 << 20,
+                step=128,
+            ),
+            _Field(
+                "n_ubatch",
+                "Micro-batch size",
+                "How many of those tokens are computed together; at most the batch size.",
+                "int",
+                1,
+                1 << 20,
+                step=128,
+            ),
+        ),
+    ),
+    (
+        "Threads",
+        (
+            _Field(
+                "n_threads",
+                "Generation threads",
+                "CPU threads used while writing a reply. More than your physical cores usually "
+                "makes it slower.",
+                "int",
+                1,
+                512,
+            ),
+            _Field(
+                "n_threads_batch",
+                "Prompt threads",
+                "CPU threads used while reading a prompt.",
+                "int",
+                1,
+                512,
+            ),
+        ),
+    ),
+    (
+        "Attention & cache",
+        (
+            _Field(
+                "flash_attn",
+                "Flash attention",
+                "A faster, leaner way to compute attention. Auto uses it where the hardware "
+                "supports it; a quantized V cache needs it.",
+                "choice",
+                choices=_choices(FLASH_ATTN, {"auto": "Auto", "on": "On", "off": "Off"}),
+            ),
+            _Field(
+                "type_k",
+                "K cache type",
+                "Number format of the cached keys: smaller formats hold more context in the same "
+                "memory at some cost in quality.",
+                "choice",
+                choices=_KV_CHOICES,
+            ),
+            _Field(
+                "type_v",
+                "V cache type",
+                "Number format of the cached values; anything but f16/bf16/f32 needs flash "
+                "attention.",
+                "choice",
+                choices=_KV_CHOICES,
+            ),
+            _Field(
+                "offload_kqv",
+                "Cache on the GPU",
+                "Keep the cache and compute attention on the GPU for layers that run there.",
+                "bool",
+            ),
+            _Field(
+                "op_offload",
+                "Offload host operations",
+                "Let the GPU also work on weights kept in system memory (faster prompt reading "
+                "with a GPU).",
+                "bool",
+            ),
+            _Field(
+                "swa_full",
+                "Full sliding-window cache",
+                "For models with sliding-window attention: keep a full-size cache so tabs can be "
+                "saved, forked and restored. Off saves memory.",
+                "bool",
+            ),
+        ),
+    ),
+    (
+        "RoPE / YaRN",
+        (
+            _Field(
+                "rope_scaling_type",
+                "RoPE scaling",
+                "How positions are stretched to use more context than the model was trained "
+                "on. Leave it to the model unless you extend the context.",
+                "choice",
+                choices=_choices(
+                    ROPE_SCALING,
+                    {
+                        "model": FROM_MODEL,
+                        "none": "None",
+                        "linear": "Linear",
+                        "yarn": "YaRN",
+                        "longrope": "LongRoPE",
+                    },
+                ),
+            ),
+            _Field(
+                "rope_freq_base",
+                "RoPE base frequency",
+                "Base frequency of the position encoding. 0 uses the model's value.",
+                "float",
+                0.0,
+                1e9,
+                step=1000.0,
+                decimals=2,
+                special=f"0 — {FROM_MODEL}",
+            ),
+            _Field(
+                "rope_freq_scale",
+                "RoPE frequency scale",
+                "Position scale factor for linear scaling (0.5 doubles the usable context). "
+                "0 uses the model's value.",
+                "float",
+                0.0,
+                1e9,
+                step=0.05,
+                decimals=6,
+                special=f"0 — {FROM_MODEL}",
+            ),
+            _Field(
+                "yarn_ext_factor",
+                "YaRN extrapolation mix",
+                "How much of YaRN's extrapolation is mixed in. -1 uses the model's value.",
+                "float",
+                -1.0,
+                100.0,
+                step=0.1,
+                decimals=4,
+                special=f"-1 — {FROM_MODEL}",
+            ),
+            _Field(
+                "yarn_attn_factor",
+                "YaRN attention factor",
+                "Scales attention strength under YaRN. -1 uses the model's value.",
+                "float",
+                -1.0,
+                100.0,
+                step=0.1,
+                decimals=4,
+                special=f"-1 — {FROM_MODEL}",
+            ),
+            _Field(
+                "yarn_beta_fast",
+                "YaRN beta fast",
+                "YaRN's low correction dimension. -1 uses the model's value.",
+                "float",
+                -1.0,
+                1000.0,
+                step=1.0,
+                decimals=4,
+                special=f"-1 — {FROM_MODEL}",
+            ),
+            _Field(
+                "yarn_beta_slow",
+                "YaRN beta slow",
+                "YaRN's high correction dimension. -1 uses the model's value.",
+                "float",
+                -1.0,
+                1000.0,
+                step=1.0,
+                decimals=4,
+                special=f"-1 — {FROM_MODEL}",
+            ),
+            _Field(
+                "yarn_orig_ctx",
+                "YaRN original context",
+                "The context length the model was trained with, as YaRN should assume it. "
+                "0 uses the model's value.",
+                "int",
+                0,
+                _INT_MAX,
+                step=1024,
+                special=f"0 — {FROM_MODEL}",
+            ),
+        ),
+    ),
+    (
+        "Advanced",
+        (
+            _Field(
+                "embeddings",
+                "Embeddings output",
+                "Produce embedding vectors instead of text. Leave off for chatting.",
+                "bool",
+            ),
+            _Field(
+                "pooling_type",
+                "Pooling",
+                "How token embeddings are combined into one vector (embeddings output only).",
+                "choice",
+                choices=_choices(
+                    POOLING,
+                    {
+                        "model": FROM_MODEL,
+                        "none": "None",
+                        "mean": "Mean",
+                        "cls": "First (CLS) token",
+                        "last": "Last token",
+                        "rank": "Rank (rerankers)",
+                    },
+                ),
+            ),
+            _Field(
+                "attention_type",
+                "Attention type",
+                "Causal for chat models, non-causal for embedding models.",
+                "choice",
+                choices=_choices(
+                    ATTENTION,
+                    {
+                        "model": FROM_MODEL,
+                        "causal": "Causal (chat models)",
+                        "non-causal": "Non-causal (embedding models)",
+                    },
+                ),
+            ),
+            _Field(
+                "no_perf",
+                "Skip performance counters",
+                "Do not collect llama.cpp's internal timing statistics (a little less overhead).",
+                "bool",
+            ),
+        ),
+    ),
+)
+
+FIELDS: dict[str, _Field] = {f.name: f for _, group in _GROUPS for f in group}
+assert set(FIELDS) == {f.name for f in dataclasses.fields(ContextSettings)}, (
+    "every ContextSettings field needs an editor"
+)
+
+# Words in ContextError sentences that point at a field (for highlighting its label).
+_ERROR_HINTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("n_ubatch", ("n_ubatch", "n_batch")),
+    ("quantized V cache", ("type_v", "flash_attn")),
+    ("split cache", ("kv_unified", "n_ctx", "n_seq_max")),
+    ("K cache type", ("type_k",)),
+    ("V cache type", ("type_v",)),
+    ("The K cache", ("type_k",)),
+    ("The V cache", ("type_v",)),
+    ("far beyond", ("n_ctx", "rope_scaling_type")),
+)
+
+_LIVE_MARK = "⚡ Applies live"
+_REBUILD_MARK = "↻ Rebuilds context"
+_REBUILD_TIP = (
+    "Changing this creates a new context. Every open tab is kept: resident tabs are saved, "
+    "the context is rebuilt and the tabs are restored (a tab may re-read its conversation)."
+)
+_LIVE_TIP = "Changing this takes effect immediately, without rebuilding the context."
+
+
+class _SpinBox(QSpinBox):
+    """Ignores the mouse wheel unless focused, so scrolling the panel never edits values."""
+
+    def wheelEvent(self, event: QWheelEvent) -> None:
+        if self.hasFocus():
+            super().wheelEvent(event)
+        else:
+            event.ignore()
+
+
+class _DoubleSpinBox(QDoubleSpinBox):
+    def wheelEvent(self, event: QWheelEvent) -> None:
+        if self.hasFocus():
+            super().wheelEvent(event)
+        else:
+            event.ignore()
+
+
+class _ComboBox(QComboBox):
+    def wheelEvent(self, event: QWheelEvent) -> None:
+        if self.hasFocus():
+            super().wheelEvent(event)
+        else:
+            event.ignore()
+
+
+class SettingsPanel(QDialog):
+    """Edit :class:`ContextSettings`; see the module docstring for the protocol.
+
+    The main window: connect the signals, ``show()`` the panel (it is not modal), and on
+    ``applyRequested(settings)`` call ``set_applying(True, "…")``; when done,
+    ``set_applying(False)`` and ``set_settings(applied)`` (the new baseline for the
+    live/rebuild decision), or ``show_error(sentence)`` (which also ends the busy state).
+    """
+
+    applyRequested = Signal(object)  # ContextSettings, validated
+    presetSaveRequested = Signal(str, dict)  # name, ContextSettings.to_dict()
+    presetDeleteRequested = Signal(str)  # name
+
+    def __init__(
+        self,
+        settings: ContextSettings,
+        model_info: ModelInfo | None = None,
+        presets: dict[str, dict] | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Context settings")
+        self.setModal(False)
+        self._original = dataclasses.replace(settings)
+        self._model_info = model_info
+        self._presets: dict[str, dict[str, Any]] = dict(presets or {})
+        self._applying = False
+        self._loading_values = False
+        self._problem: str | None = None
+        self._editors: dict[str, QWidget] = {}
+        self._labels: dict[str, QLabel] = {}
+        self._preset_dialog: QInputDialog | None = None
+        self._build()
+        self.set_settings(settings)
+        self.set_presets(self._presets)
+        self.resize(760, 720)
+
+    # -- construction --------------------------------------------------------------------
+
+    def _build(self) -> None:
+        outer = QVBoxLayout(self)
+
+        self._model_label = QLabel()
+        self._model_label.setObjectName("modelLabel")
+        self._model_label.setWordWrap(True)
+        outer.addWidget(self._model_label)
+
+        note = QLabel(
+            f"Fields marked “{_LIVE_MARK}” take effect at once. Fields marked "
+            f"“{_REBUILD_MARK}” create a new context: every open tab is kept (saved, then "
+            "restored)."
+        )
+        note.setWordWrap(True)
+        outer.addWidget(note)
+
+        outer.addLayout(self._build_presets())
+
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._fields_widget = QWidget()
+        fields_layout = QVBoxLayout(self._fields_widget)
+        for title, group in _GROUPS:
+            fields_layout.addWidget(self._build_group(title, group))
+        fields_layout.addStretch(1)
+        scroll.setWidget(self._fields_widget)
+        outer.addWidget(scroll, 1)
+
+        estimate_box = QGroupBox("Memory for the context (KV cache)")
+        estimate_layout = QVBoxLayout(estimate_box)
+        self._estimate_label = QLabel()
+        self._estimate_label.setObjectName("estimateLabel")
+        self._estimate_label.setWordWrap(True)
+        self._estimate_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        estimate_layout.addWidget(self._estimate_label)
+        outer.addWidget(estimate_box)
+
+        self._problem_label = QLabel()
+        self._problem_label.setObjectName("problemLabel")
+        self._problem_label.setWordWrap(True)
+        self._problem_label.setStyleSheet("color: #b00020;")
+        self._problem_label.hide()
+        outer.addWidget(self._problem_label)
+
+        self._error_label = QLabel()
+        self._error_label.setObjectName("errorLabel")
+        self._error_label.setWordWrap(True)
+        self._error_label.setStyleSheet("color: #b00020; font-weight: bold;")
+        self._error_label.hide()
+        outer.addWidget(self._error_label)
+
+        busy = QHBoxLayout()
+        self._busy_bar = QProgressBar()
+        self._busy_bar.setObjectName("busyBar")
+        self._busy_bar.setRange(0, 0)  # indeterminate
+        self._busy_bar.setMaximumWidth(160)
+        self._busy_bar.setTextVisible(False)
+        self._busy_label = QLabel()
+        self._busy_label.setObjectName("busyLabel")
+        self._busy_label.setWordWrap(True)
+        busy.addWidget(self._busy_bar)
+        busy.addWidget(self._busy_label, 1)
+        self._busy_bar.hide()
+        self._busy_label.hide()
+        outer.addLayout(busy)
+
+        buttons = QHBoxLayout()
+        self._reset_button = QPushButton("Reset to defaults")
+        self._reset_button.setObjectName("resetButton")
+        self._reset_button.setToolTip(
+            "Put every field back to LlamaDesk's defaults (not applied yet)."
+        )
+        self._reset_button.clicked.connect(self._on_reset)
+        self._close_button = QPushButton("Close")
+        self._close_button.setObjectName("closeButton")
+        self._close_button.setToolTip("Close without applying unapplied changes.")
+        self._close_button.clicked.connect(self.reject)
+        self._apply_button = QPushButton("Apply")
+        self._apply_button.setObjectName("applyButton")
+        self._apply_button.clicked.connect(self._on_apply)
+        for button in (self._reset_button, self._close_button, self._apply_button):
+            button.setAutoDefault(False)
+            button.setDefault(False)
+        buttons.addWidget(self._reset_button)
+        buttons.addStretch(1)
+        buttons.addWidget(self._close_button)
+        buttons.addWidget(self._apply_button)
+        outer.addLayout(buttons)
+
+    def _build_presets(self) -> QHBoxLayout:
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Preset:"))
+        self._preset_combo = _ComboBox()
+        self._preset_combo.setObjectName("presetCombo")
+        self._preset_combo.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        self._preset_combo.activated.connect(self._on_preset_chosen)
+        self._preset_combo.currentIndexChanged.connect(self._update_preset_buttons)
+        row.addWidget(self._preset_combo, 1)
+        self._save_preset_button = QPushButton("Save as preset…")
+        self._save_preset_button.setObjectName("savePresetButton")
+        self._save_preset_button.clicked.connect(self._on_save_preset)
+        row.addWidget(self._save_preset_button)
+        self._delete_preset_button = QPushButton("Delete preset")
+        self._delete_preset_button.setObjectName("deletePresetButton")
+        self._delete_preset_button.clicked.connect(self._on_delete_preset)
+        row.addWidget(self._delete_preset_button)
+        for button in (self._save_preset_button, self._delete_preset_button):
+            button.setAutoDefault(False)
+        return row
+
+    def _build_group(self, title: str, group: tuple[_Field, ...]) -> QGroupBox:
+        box = QGroupBox(title)
+        grid = QGridLayout(box)
+        grid.setColumnMinimumWidth(0, 170)
+        grid.setColumnStretch(3, 1)
+        row = 0
+        for spec in group:
+            label = QLabel(spec.label)
+            label.setToolTip(spec.name)
+            editor = self._make_editor(spec)
+            editor.setObjectName(f"field_{spec.name}")
+            label.setBuddy(editor)
+            live = spec.name in ContextSettings.LIVE_FIELDS
+            mark = QLabel(_LIVE_MARK if live else _REBUILD_MARK)
+            mark.setObjectName(f"mark_{spec.name}")
+            mark.setToolTip(_LIVE_TIP if live else _REBUILD_TIP)
+            mark.setStyleSheet("color: #2e7d32;" if live else "color: #8a6d00;")
+            help_label = QLabel(f"{spec.help} {self._range_text(spec)}".strip())
+            help_label.setObjectName(f"help_{spec.name}")
+            help_label.setWordWrap(True)
+            _make_secondary(help_label)
+            editor.setMinimumWidth(200)
+            editor.setMaximumWidth(320)
+            grid.addWidget(label, row, 0)
+            grid.addWidget(editor, row, 1)
+            grid.addWidget(mark, row, 2)
+            grid.addWidget(help_label, row + 1, 1, 1, 3)
+            row += 2
+            self._editors[spec.name] = editor
+            self._labels[spec.name] = label
+        return box
+
+    @staticmethod
+    def _range_text(spec: _Field) -> str:
+        if spec.kind == "int":
+            if spec.name == "n_ctx":
+                return f"Valid: 0, or 64 to {int(spec.maximum):,}."
+            return f"Valid: {int(spec.minimum):,} to {int(spec.maximum):,}."
+        if spec.kind == "float":
+            return f"Valid: {spec.minimum:g} to {spec.maximum:g}."
+        return ""
+
+    def _make_editor(self, spec: _Field) -> QWidget:
+        if spec.kind == "int":
+            spin = _SpinBox()
+            spin.setRange(int(spec.minimum), int(spec.maximum))
+            spin.setSingleStep(int(spec.step))
+            spin.setGroupSeparatorShown(True)
+            spin.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+            if spec.special:
+                spin.setSpecialValueText(spec.special)
+            spin.valueChanged.connect(self._on_edited)
+            return spin
+        if spec.kind == "float":
+            dspin = _DoubleSpinBox()
+            dspin.setDecimals(spec.decimals)
+            dspin.setRange(spec.minimum, spec.maximum)
+            dspin.setSingleStep(spec.step)
+            dspin.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+            if spec.special:
+                dspin.setSpecialValueText(spec.special)
+            dspin.valueChanged.connect(self._on_edited)
+            return dspin
+        if spec.kind == "bool":
+            check = QCheckBox()
+            check.toggled.connect(self._on_edited)
+            return check
+        combo = _ComboBox()
+        combo.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        for value, text in spec.choices:
+            combo.addItem(text, value)
+        combo.currentIndexChanged.connect(self._on_edited)
+        return combo
+
+    # -- reading and writing the editors -------------------------------------------------
+
+    def _write_editors(self, values: dict[str, Any]) -> list[str]:
+        """Show ``values`` (field -> value); returns the fields whose value was unusable."""
+        skipped: list[str] = []
+        self._loading_values = True
+        try:
+            for name, value in values.items():
+                spec = FIELDS.get(name)
+                if spec is None:
+                    continue
+                editor = self._editors[name]
+                if spec.kind == "int" and isinstance(editor, QSpinBox):
+                    if isinstance(value, bool) or not isinstance(value, int):
+                        skipped.append(name)
+                        continue
+                    editor.setValue(value)
+                elif spec.kind == "float" and isinstance(editor, QDoubleSpinBox):
+                    if isinstance(value, bool) or not isinstance(value, int | float):
+                        skipped.append(name)
+                        continue
+                    editor.setValue(float(value))
+                elif spec.kind == "bool" and isinstance(editor, QCheckBox):
+                    if not isinstance(value, bool):
+                        skipped.append(name)
+                        continue
+                    editor.setChecked(value)
+                elif isinstance(editor, QComboBox):
+                    if not isinstance(value, str):
+                        skipped.append(name)
+                        continue
+                    index = editor.findData(value)
+                    if index < 0:
+                        # Keep an unknown value visible so validation names it; never drop it.
+                        editor.addItem(f"{value} (not a valid choice)", value)
+                        index = editor.count() - 1
+                    editor.setCurrentIndex(index)
+        finally:
+            self._loading_values = False
+        return skipped
+
+    def _read_editors(self) -> ContextSettings:
+        values: dict[str, Any] = {}
+        for name, editor in self._editors.items():
+            if isinstance(editor, QSpinBox):
+                values[name] = int(editor.value())
+            elif isinstance(editor, QDoubleSpinBox):
+                values[name] = float(editor.value())
+            elif isinstance(editor, QCheckBox):
+                values[name] = bool(editor.isChecked())
+            elif isinstance(editor, QComboBox):
+                values[name] = str(editor.currentData())
+        return ContextSettings(**values)
+
+    # -- public interface ----------------------------------------------------------------
+
+    def current_settings(self) -> ContextSettings:
+        """The values shown now (not necessarily valid: Apply is what checks them)."""
+        return self._read_editors()
+
+    def set_settings(self, settings: ContextSettings) -> None:
+        """Show ``settings`` and make them the baseline (what the context runs with now)."""
+        self._original = dataclasses.replace(settings)
+        self._error_label.hide()
+        self._write_editors(settings.to_dict())
+        self._update_state()
+
+    def set_model_info(self, info: ModelInfo | None) -> None:
+        self._model_info = info
+        self._update_state()
+
+    def set_presets(self, presets: dict[str, dict]) -> None:
+        self._presets = {str(k): dict(v) for k, v in presets.items()}
+        current = self._selected_preset()
+        self._preset_combo.blockSignals(True)
+        try:
+            self._preset_combo.clear()
+            self._preset_combo.addItem(
+                "Choose a preset…" if self._presets else "No presets for this model", None
+            )
+            for name in sorted(self._presets, key=str.casefold):
+                self._preset_combo.addItem(name, name)
+            index = self._preset_combo.findData(current) if current else 0
+            self._preset_combo.setCurrentIndex(max(index, 0))
+        finally:
+            self._preset_combo.blockSignals(False)
+        self._update_preset_buttons()
+
+    def set_applying(self, active: bool, message: str = "") -> None:
+        """Busy state while the main window applies: inputs off, progress and ``message``."""
+        self._applying = active
+        if active:
+            self._error_label.hide()
+        self._busy_bar.setVisible(active)
+        self._busy_label.setVisible(active and bool(message))
+        self._busy_label.setText(message)
+        self._fields_widget.setEnabled(not active)
+        self._reset_button.setEnabled(not active)
+        self._preset_combo.setEnabled(not active)
+        self._update_state()
+
+    def show_error(self, message: str) -> None:
+        """Show why applying failed (a sentence from the engine); ends the busy state."""
+        self.set_applying(False)
+        self._error_label.setText(message)
+        self._error_label.show()
+
+    # -- reacting to edits ---------------------------------------------------------------
+
+    @Slot()
+    def _on_edited(self) -> None:
+        if self._loading_values:
+            return
+        self._error_label.hide()
+        self._update_state()
+
+    def _validate(self, settings: ContextSettings) -> str | None:
+        try:
+            settings.validate(self._model_info)
+        except ContextError as exc:
+            return str(exc)
+        return None
+
+    def _update_state(self) -> None:
+        edited = self._read_editors()
+        self._problem = self._validate(edited)
+        self._problem_label.setText(self._problem or "")
+        self._problem_label.setVisible(self._problem is not None)
+
+        flagged: set[str] = set()
+        if self._problem:
+            for hint, names in _ERROR_HINTS:
+                if hint in self._problem:
+                    flagged.update(names)
+            for name, spec in FIELDS.items():
+                if f"({name}" in self._problem or f" {name} " in self._problem:
+                    flagged.add(name)
+                elif spec.label in self._problem:
+                    flagged.add(name)
+        for name, label in self._labels.items():
+            changed = getattr(edited, name) != getattr(self._original, name)
+            font = QFont(label.font())
+            font.setBold(changed)
+            label.setFont(font)
+            label.setStyleSheet("color: #b00020;" if name in flagged else "")
+
+        self._update_model_label()
+        self._update_estimate(edited)
+
+        changed_any = edited != self._original
+        rebuild = self._original.needs_rebuild(edited)
+        if not changed_any:
+            text = "Apply"
+            tip = "Nothing has changed yet."
+        elif rebuild:
+            text = "Apply and rebuild context"
+            tip = _REBUILD_TIP
+        else:
+            text = "Apply (threads only, live)"
+            tip = _LIVE_TIP
+        self._apply_button.setText(text)
+        self._apply_button.setToolTip(tip)
+        self._apply_button.setEnabled(not self._applying and self._problem is None and changed_any)
+        self._update_preset_buttons()
+
+    def _update_model_label(self) -> None:
+        info = self._model_info
+        if info is None:
+            self._model_label.setText(
+                "<b>No model loaded.</b> Checks that depend on the model run when one is loaded."
+            )
+            return
+        parts = [f"<b>{_html(info.display_name)}</b>"]
+        if info.architecture:
+            parts.append(_html(info.architecture))
+        if info.n_params:
+            parts.append(f"{info.params_label} parameters")
+        if info.n_ctx_train:
+            parts.append(f"trained for {info.n_ctx_train:,} tokens of context")
+        self._model_label.setText(" · ".join(parts))
+
+    def _update_estimate(self, settings: ContextSettings) -> None:
+        info = self._model_info
+        if info is None:
+            self._estimate_label.setText(
+                "The memory estimate needs a loaded model: load one to see how much memory "
+                "these settings take."
+            )
+            return
+        if not info.n_layer or not (info.n_embd_k_gqa or info.n_embd_v_gqa):
+            self._estimate_label.setText(
+                "This model's file does not describe its layers, so no estimate is possible."
+            )
+            return
+        n_ctx = settings.effective_n_ctx(info)
+        per_token = settings.kv_bytes_per_token(info)
+        total = settings.kv_bytes(info)
+        lines = [
+            f"<b>{format_bytes(total)}</b> for {n_ctx:,} tokens "
+            f"({format_bytes(per_token)} per token)."
+        ]
+        if settings.n_ctx == 0:
+            lines.append(f"Context size 0 uses the model's {n_ctx:,} tokens.")
+        n_seq = max(1, settings.n_seq_max)
+        if settings.kv_unified:
+            lines.append(
+                f"All {n_seq} resident tab{'s' if n_seq != 1 else ''} share this pool; "
+                "a long conversation may use most of it."
+            )
+        else:
+            share = n_ctx // n_seq
+            lines.append(
+                f"Split cache: each of the {n_seq} resident tabs gets {share:,} tokens "
+                f"({format_bytes(per_token * share)})."
+            )
+        if info.size_bytes:
+            lines.append(f"The model's weights add {format_bytes(info.size_bytes)}.")
+        self._estimate_label.setText("<br>".join(lines))
+
+    # -- buttons -------------------------------------------------------------------------
+
+    @Slot()
+    def _on_apply(self) -> None:
+        if self._applying:
+            return
+        edited = self._read_editors()
+        problem = self._validate(edited)
+        if problem is not None:  # the button is disabled then; a guard all the same
+            self._update_state()
+            return
+        self.applyRequested.emit(dataclasses.replace(edited))
+
+    @Slot()
+    def _on_reset(self) -> None:
+        self._write_editors(ContextSettings().to_dict())
+        self._on_edited()
+
+    def _selected_preset(self) -> str | None:
+        data = self._preset_combo.currentData()
+        return data if isinstance(data, str) else None
+
+    @Slot()
+    def _update_preset_buttons(self) -> None:
+        has_model = self._model_info is not None
+        enabled = not self._applying and has_model
+        self._preset_combo.setEnabled(not self._applying and bool(self._presets))
+        self._save_preset_button.setEnabled(enabled and self._problem is None)
+        self._delete_preset_button.setEnabled(enabled and self._selected_preset() is not None)
+        tip = "" if has_model else "Presets belong to a model: load one first."
+        self._save_preset_button.setToolTip(tip or "Save the values shown under a name.")
+        self._delete_preset_button.setToolTip(tip or "Delete the chosen preset.")
+
+    @Slot(int)
+    def _on_preset_chosen(self, index: int) -> None:
+        name = self._preset_combo.itemData(index)
+        if not isinstance(name, str) or name not in self._presets:
+            return
+        skipped = self._write_editors(self._presets[name])
+        self._on_edited()
+        if skipped:
+            self._error_label.setText(
+                f"The preset “{name}” has unusable values for {', '.join(skipped)}; "
+                "those fields were left as they were."
+            )
+            self._error_label.show()
+
+    @Slot()
+    def _on_save_preset(self) -> None:
+        if self._preset_dialog is None:
+            dialog = QInputDialog(self)
+            dialog.setObjectName("presetNameDialog")
+            dialog.setWindowTitle("Save preset")
+            dialog.setLabelText(
+                "Name for the settings shown (a preset with the same name is replaced):"
+            )
+            dialog.setInputMode(QInputDialog.InputMode.TextInput)
+            dialog.textValueSelected.connect(self._on_preset_name)
+            self._preset_dialog = dialog
+        self._preset_dialog.setTextValue(self._selected_preset() or "")
+        self._preset_dialog.open()
+
+    @Slot(str)
+    def _on_preset_name(self, name: str) -> None:
+        name = name.strip()
+        if not name:
+            return
+        edited = self._read_editors()
+        if self._validate(edited) is not None:
+            return
+        self.presetSaveRequested.emit(name, edited.to_dict())
+
+    @Slot()
+    def _on_delete_preset(self) -> None:
+        name = self._selected_preset()
+        if name is not None:
+            self.presetDeleteRequested.emit(name)
+
+
+def _make_secondary(label: QLabel) -> None:
+    """Smaller text in the theme's placeholder colour, for one-line explanations."""
+    font = QFont(label.font())
+    if font.pointSizeF() > 0:
+        font.setPointSizeF(font.pointSizeF() * 0.9)
+    label.setFont(font)
+    palette = label.palette()
+    palette.setColor(
+        QPalette.ColorRole.WindowText, palette.color(QPalette.ColorRole.PlaceholderText)
+    )
+    label.setPalette(palette)
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -1,0 +1,351 @@
+"""SettingsPanel: fields round-trip, inline validation, the KV estimate, Apply, presets."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QInputDialog,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QWidget,
+)
+from pytestqt.qtbot import QtBot
+
+from app.engine.metadata import ModelInfo, read_model_info
+from app.engine.settings import ContextSettings
+from app.ui.settings_panel import FROM_MODEL, SettingsPanel, format_bytes
+from tests.support.gguf_models import TinySpec, write_tiny_model
+
+# The offscreen platform warns when a shown top-level window gets size hints.
+pytestmark = pytest.mark.qt_log_ignore(r"This plugin does not support propagateSizeHints")
+
+
+def model_info(head_dim: int = 128, n_layer: int = 32, n_head_kv: int = 8) -> ModelInfo:
+    """A made-up 8B-like model (no file needed for the panel)."""
+    return ModelInfo(
+        path="/models/test-8b.gguf",
+        size_bytes=4_920_000_000,
+        architecture="llama",
+        name="Test 8B",
+        n_params=8_030_000_000,
+        file_type="Q4_K_M",
+        n_ctx_train=8192,
+        n_layer=n_layer,
+        n_embd=4096,
+        n_head=32,
+        n_head_kv=n_head_kv,
+        head_dim_k=head_dim,
+        head_dim_v=head_dim,
+        n_vocab=128256,
+        tokenizer="gpt2",
+        chat_template="{{ messages }}",
+        bos_token="<s>",
+        eos_token="</s>",
+        bos_token_id=1,
+        eos_token_id=2,
+        has_encoder=False,
+    )
+
+
+def make_panel(
+    qtbot: QtBot, settings: ContextSettings | None = None, **kwargs: Any
+) -> SettingsPanel:
+    panel = SettingsPanel(settings or ContextSettings(n_threads=4, n_threads_batch=4), **kwargs)
+    qtbot.addWidget(panel)
+    return panel
+
+
+def field(panel: SettingsPanel, name: str) -> QWidget:
+    widget = panel.findChild(QWidget, f"field_{name}")
+    assert widget is not None, name
+    return widget
+
+
+def spin(panel: SettingsPanel, name: str) -> QSpinBox:
+    widget = field(panel, name)
+    assert isinstance(widget, QSpinBox)
+    return widget
+
+
+def combo(panel: SettingsPanel, name: str) -> QComboBox:
+    widget = field(panel, name)
+    assert isinstance(widget, QComboBox)
+    return widget
+
+
+def choose(panel: SettingsPanel, name: str, value: str) -> None:
+    box = combo(panel, name)
+    index = box.findData(value)
+    assert index >= 0, (name, value)
+    box.setCurrentIndex(index)
+
+
+def apply_button(panel: SettingsPanel) -> QPushButton:
+    button = panel.findChild(QPushButton, "applyButton")
+    assert button is not None
+    return button
+
+
+def label_text(panel: SettingsPanel, name: str) -> str:
+    label = panel.findChild(QLabel, name)
+    assert label is not None
+    return label.text() if label.isVisibleTo(panel) else ""
+
+
+NON_DEFAULT = ContextSettings(
+    n_ctx=8192,
+    n_batch=1024,
+    n_ubatch=256,
+    n_seq_max=6,
+    n_threads=3,
+    n_threads_batch=5,
+    flash_attn="on",
+    type_k="q8_0",
+    type_v="q4_0",
+    offload_kqv=False,
+    op_offload=False,
+    swa_full=False,
+    kv_unified=False,
+    rope_scaling_type="yarn",
+    rope_freq_base=500000.0,
+    rope_freq_scale=0.25,
+    yarn_ext_factor=1.0,
+    yarn_attn_factor=0.5,
+    yarn_beta_fast=32.0,
+    yarn_beta_slow=1.0,
+    yarn_orig_ctx=4096,
+    embeddings=True,
+    pooling_type="mean",
+    attention_type="non-causal",
+    no_perf=False,
+)
+
+
+def test_every_field_has_an_editor_explanation_and_mark(qtbot: QtBot) -> None:
+    panel = make_panel(qtbot)
+    for f in dataclasses.fields(ContextSettings):
+        field(panel, f.name)
+        help_label = panel.findChild(QLabel, f"help_{f.name}")
+        assert help_label is not None and len(help_label.text()) > 20, f.name
+        mark = panel.findChild(QLabel, f"mark_{f.name}")
+        assert mark is not None
+        live = f.name in ("n_threads", "n_threads_batch")
+        assert ("live" in mark.text()) is live, f.name
+        assert ("Rebuilds" in mark.text()) is not live, f.name
+    # Ranges match ContextSettings.validate; "model" shows as "From the model".
+    assert (spin(panel, "n_seq_max").minimum(), spin(panel, "n_seq_max").maximum()) == (1, 256)
+    assert spin(panel, "n_ctx").maximum() == 1 << 24
+    assert spin(panel, "n_batch").minimum() == 1
+    assert spin(panel, "n_threads").maximum() == 512
+    rope = combo(panel, "rope_scaling_type")
+    assert rope.itemText(rope.findData("model")) == FROM_MODEL
+    assert {combo(panel, "type_k").itemData(i) for i in range(combo(panel, "type_k").count())} >= {
+        "f16",
+        "q8_0",
+        "q4_0",
+    }
+
+
+def test_fields_round_trip_settings(qtbot: QtBot) -> None:
+    panel = make_panel(qtbot, NON_DEFAULT, model_info=model_info())
+    assert panel.current_settings() == NON_DEFAULT
+    panel.set_settings(ContextSettings(n_threads=2, n_threads_batch=2))
+    assert panel.current_settings() == ContextSettings(n_threads=2, n_threads_batch=2)
+    panel.set_settings(NON_DEFAULT)
+    assert panel.current_settings() == NON_DEFAULT
+    assert apply_button(panel).text() == "Apply"
+    assert not apply_button(panel).isEnabled()  # nothing changed
+
+
+def test_micro_batch_larger_than_batch_disables_apply(qtbot: QtBot) -> None:
+    panel = make_panel(qtbot)
+    spin(panel, "n_ubatch").setValue(1024)
+    assert not apply_button(panel).isEnabled()
+    assert "cannot exceed the batch size" in label_text(panel, "problemLabel")
+    with qtbot.assertNotEmitted(panel.applyRequested):
+        qtbot.mouseClick(apply_button(panel), Qt.MouseButton.LeftButton)
+    spin(panel, "n_batch").setValue(2048)
+    assert label_text(panel, "problemLabel") == ""
+    assert apply_button(panel).isEnabled()
+    with qtbot.waitSignal(panel.applyRequested, timeout=1000) as blocker:
+        qtbot.mouseClick(apply_button(panel), Qt.MouseButton.LeftButton)
+    (applied,) = blocker.args
+    assert isinstance(applied, ContextSettings)
+    assert (applied.n_batch, applied.n_ubatch) == (2048, 1024)
+    applied.validate()
+
+
+def test_quantized_v_cache_needs_flash_attention(qtbot: QtBot) -> None:
+    panel = make_panel(qtbot, model_info=model_info())
+    choose(panel, "type_v", "q8_0")
+    assert apply_button(panel).isEnabled()  # flash attention "auto" is fine
+    choose(panel, "flash_attn", "off")
+    assert not apply_button(panel).isEnabled()
+    assert "needs flash attention" in label_text(panel, "problemLabel")
+    choose(panel, "type_v", "f16")
+    assert apply_button(panel).isEnabled()
+    assert label_text(panel, "problemLabel") == ""
+
+
+def test_model_dependent_checks_use_the_model(qtbot: QtBot, tmp_path: Path) -> None:
+    # A real tiny GGUF has head size 16: a q8_0 cache (blocks of 32) is refused for it.
+    tiny = read_model_info(write_tiny_model(tmp_path / "tiny.gguf", TinySpec()))
+    panel = make_panel(qtbot, model_info=tiny)
+    choose(panel, "type_k", "q8_0")
+    assert "divisible by 32" in label_text(panel, "problemLabel")
+    assert not apply_button(panel).isEnabled()
+    panel.set_model_info(model_info(head_dim=128))
+    assert apply_button(panel).isEnabled()
+
+
+def test_estimate_follows_n_ctx_and_cache_type(qtbot: QtBot) -> None:
+    info = model_info()
+    panel = make_panel(qtbot, ContextSettings(n_ctx=4096, n_threads=2, n_threads_batch=2))
+    assert "needs a loaded model" in label_text(panel, "estimateLabel")
+    panel.set_model_info(info)
+    # 32 layers x 2 x 8 heads x 128 x 2 bytes = 128 KiB per token; 4096 tokens = 512 MiB.
+    text = label_text(panel, "estimateLabel")
+    assert "512.0 MiB" in text and "128.0 KiB per token" in text
+    spin(panel, "n_ctx").setValue(8192)
+    assert "1.00 GiB" in label_text(panel, "estimateLabel")
+    choose(panel, "type_k", "q8_0")
+    expected = ContextSettings(n_ctx=8192, type_k="q8_0").kv_bytes(info)
+    assert format_bytes(expected) in label_text(panel, "estimateLabel")
+    assert expected < 1 << 30
+    # A split cache shows each tab's share.
+    unified = field(panel, "kv_unified")
+    assert isinstance(unified, QCheckBox)
+    unified.setChecked(False)
+    assert "each of the 4 resident tabs gets 2,048 tokens" in label_text(panel, "estimateLabel")
+    # n_ctx 0 uses the model's training context.
+    spin(panel, "n_ctx").setValue(0)
+    assert "8,192" in label_text(panel, "estimateLabel")
+    panel.set_model_info(None)
+    assert "needs a loaded model" in label_text(panel, "estimateLabel")
+
+
+def test_apply_label_says_live_or_rebuild(qtbot: QtBot) -> None:
+    base = ContextSettings(n_threads=4, n_threads_batch=4)
+    panel = make_panel(qtbot, base)
+    spin(panel, "n_threads").setValue(2)
+    assert apply_button(panel).text() == "Apply (threads only, live)"
+    with qtbot.waitSignal(panel.applyRequested, timeout=1000) as blocker:
+        apply_button(panel).click()
+    assert blocker.args[0] == dataclasses.replace(base, n_threads=2)
+    assert not base.needs_rebuild(blocker.args[0])
+    spin(panel, "n_ctx").setValue(8192)
+    assert apply_button(panel).text() == "Apply and rebuild context"
+    spin(panel, "n_ctx").setValue(4096)
+    assert apply_button(panel).text() == "Apply (threads only, live)"
+    # The main window applied the threads: new baseline, nothing left to apply.
+    panel.set_settings(dataclasses.replace(base, n_threads=2))
+    assert apply_button(panel).text() == "Apply"
+    assert not apply_button(panel).isEnabled()
+
+
+def test_applying_state_and_errors(qtbot: QtBot) -> None:
+    panel = make_panel(qtbot)
+    panel.show()
+    spin(panel, "n_ctx").setValue(8192)
+    panel.set_applying(True, "Saving 3 tabs… rebuilding context… restoring")
+    assert not apply_button(panel).isEnabled()
+    assert not spin(panel, "n_ctx").isEnabled()
+    bar = panel.findChild(QProgressBar, "busyBar")
+    assert bar is not None and bar.isVisible()
+    assert "rebuilding context" in label_text(panel, "busyLabel")
+    panel.show_error("The context could not be created: not enough memory.")
+    assert "not enough memory" in label_text(panel, "errorLabel")
+    assert spin(panel, "n_ctx").isEnabled() and apply_button(panel).isEnabled()
+    assert not bar.isVisible()
+    spin(panel, "n_ctx").setValue(16384)  # editing clears the old error
+    assert label_text(panel, "errorLabel") == ""
+
+
+def test_reset_to_defaults(qtbot: QtBot) -> None:
+    panel = make_panel(qtbot, NON_DEFAULT, model_info=model_info())
+    reset = panel.findChild(QPushButton, "resetButton")
+    assert reset is not None
+    reset.click()
+    defaults = ContextSettings()
+    assert panel.current_settings() == defaults
+    assert apply_button(panel).text() == "Apply and rebuild context"
+
+
+def test_presets_emit_signals_and_load_values(qtbot: QtBot) -> None:
+    long_ctx = dataclasses.replace(ContextSettings(n_threads=4, n_threads_batch=4), n_ctx=16384)
+    panel = make_panel(qtbot, model_info=model_info(), presets={"Long context": long_ctx.to_dict()})
+    presets = panel.findChild(QComboBox, "presetCombo")
+    assert presets is not None and presets.findData("Long context") > 0
+
+    # Choosing a preset fills the fields (not applied until Apply).
+    presets.setCurrentIndex(presets.findData("Long context"))
+    presets.activated.emit(presets.currentIndex())
+    assert panel.current_settings().n_ctx == 16384
+    assert apply_button(panel).text() == "Apply and rebuild context"
+
+    delete = panel.findChild(QPushButton, "deletePresetButton")
+    assert delete is not None and delete.isEnabled()
+    with qtbot.waitSignal(panel.presetDeleteRequested, timeout=1000) as deleted:
+        delete.click()
+    assert deleted.args == ["Long context"]
+
+    save = panel.findChild(QPushButton, "savePresetButton")
+    assert save is not None and save.isEnabled()
+    save.click()
+    dialog = panel.findChild(QInputDialog, "presetNameDialog")
+    assert dialog is not None and dialog.isVisible()
+    dialog.setTextValue("  Fast  ")
+    with qtbot.waitSignal(panel.presetSaveRequested, timeout=1000) as saved:
+        dialog.accept()
+    name, values = saved.args
+    assert name == "Fast"
+    assert ContextSettings.from_dict(values) == panel.current_settings()
+
+    panel.set_presets({"Fast": values, "Long context": long_ctx.to_dict()})
+    assert presets.count() == 3
+
+    # Invalid values cannot be saved as a preset.
+    spin(panel, "n_ubatch").setValue(4096)
+    assert not save.isEnabled()
+
+
+def test_presets_need_a_model(qtbot: QtBot) -> None:
+    panel = make_panel(qtbot)
+    save = panel.findChild(QPushButton, "savePresetButton")
+    assert save is not None and not save.isEnabled()
+
+
+def test_unusable_values_are_never_emitted(qtbot: QtBot) -> None:
+    # A settings object from elsewhere with an unknown cache type stays visible and invalid.
+    bad = dataclasses.replace(ContextSettings(n_threads=4, n_threads_batch=4), type_k="q3_weird")
+    panel = make_panel(qtbot, bad)
+    assert panel.current_settings().type_k == "q3_weird"
+    spin(panel, "n_ctx").setValue(8192)
+    assert "K cache type" in label_text(panel, "problemLabel")
+    assert not apply_button(panel).isEnabled()
+    # n_ctx between 1 and 63 is refused.
+    choose(panel, "type_k", "f16")
+    spin(panel, "n_ctx").setValue(32)
+    assert not apply_button(panel).isEnabled()
+    assert "at least 64" in label_text(panel, "problemLabel")
+
+
+def test_other_editor_kinds(qtbot: QtBot) -> None:
+    panel = make_panel(qtbot)
+    assert isinstance(field(panel, "rope_freq_scale"), QDoubleSpinBox)
+    assert isinstance(field(panel, "embeddings"), QCheckBox)
+    assert spin(panel, "yarn_orig_ctx").specialValueText().endswith(FROM_MODEL)
