@@ -100,6 +100,7 @@ def main() -> int:
         "two words": "llama context",
         "prefix (typing)": "quant",
         "one letter (typing)": "q",
+        "three common words": "the of and",
         "rare word": words[-1],
         "fts syntax": '"NEAR(llama AND" -context*',
         "no hit": "zzzzqqqq",
