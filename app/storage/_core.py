@@ -163,7 +163,10 @@ class DatabaseCore:
             if check:
                 db._quick_check()
             return db
-        db_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            db_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DiskError(db_path, f"cannot create its folder: {exc.strerror or exc}") from exc
         exists = db_path.exists() and db_path.stat().st_size > 0
         if exists and not os.access(db_path, os.W_OK):
             raise DatabaseReadOnlyError(db_path)

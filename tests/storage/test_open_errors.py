@@ -208,3 +208,10 @@ def test_move_aside_keeps_wal_with_its_database(home: Path) -> None:
 def test_open_creates_missing_folders(tmp_path: Path) -> None:
     with Database.open(tmp_path / "a" / "b" / "db.sqlite3") as db:
         assert db.list_conversations() == []
+
+
+def test_folder_that_cannot_be_created_is_a_storage_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(StorageError, match="cannot create its folder"):
+        Database.open(blocker / "sub" / "db.sqlite3")
