@@ -369,7 +369,8 @@ class MainWindow(QMainWindow):
             tab.sync_policy()
 
     def conversation_changed(self, conversation_id: int) -> None:
-        self.sidebar.schedule_refresh()
+        if not self._shut_down:
+            self.sidebar.schedule_refresh()
         tab = self._tabs.get(conversation_id)
         if tab is not None:
             self._update_tab_title(tab)
@@ -995,6 +996,9 @@ class MainWindow(QMainWindow):
         if self._shut_down:
             return
         self._shut_down = True
+        self._flush_timer.stop()
+        self._save_tabs_timer.stop()
+        self.sidebar.stop_refreshing()
         if not self._worker_thread.stop(500):
             log.warning("the engine thread did not stop in time")
         if self._settings_panel is not None:

@@ -150,6 +150,7 @@ class Sidebar(QWidget):
         self.empty.setEnabled(False)
         self.empty.setWordWrap(True)
         layout.addWidget(self.empty)
+        self._stopped = False
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(150)
@@ -158,11 +159,19 @@ class Sidebar(QWidget):
         self.search.returnPressed.connect(self.refresh)
 
     def schedule_refresh(self) -> None:
-        self._timer.start()
+        if not self._stopped:
+            self._timer.start()
+
+    def stop_refreshing(self) -> None:
+        """The database is about to close: no more queries."""
+        self._stopped = True
+        self._timer.stop()
 
     @Slot()
     def refresh(self) -> None:
         self._timer.stop()
+        if self._stopped:
+            return
         text = self.search.text().strip()
         try:
             if text:

@@ -38,6 +38,7 @@ from app.engine import (
     SamplingParams,
     SequenceFailed,
     TokenText,
+    read_model_info,
 )
 from app.errors import LlamaDeskError
 from app.storage import StateStore
@@ -360,10 +361,17 @@ class EngineWorker(QObject):
         reply(func(self._engine))
 
     def _do_load_model(self, path: str, settings: dict[str, Any], policy: str) -> None:
+        try:
+            # A broken file is refused before the loaded model is given up.
+            read_model_info(path)
+        except LlamaDeskError as exc:
+            self.loadFailed.emit(path, str(exc))
+            return
         tabs = list(self._keys)
+        had_engine = self._engine is not None
         self._save_states()
         self._close_engine()
-        if tabs:
+        if had_engine:
             self.modelUnloaded.emit()
         last = [0.0]
 

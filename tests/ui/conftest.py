@@ -1,0 +1,164 @@
+"""UI test fixtures: a temporary LLAMADESK_HOME, tiny real GGUF models, a real window.
+
+Every window test runs the real engine on its worker thread with a tiny generated model
+(tests/support/gguf_models.py); nothing on the app's path is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import QLoggingCategory, QObject, Slot
+
+from app import paths
+from app.storage import Database
+from tests.support.gguf_models import TinySpec, write_tiny_model
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+# The offscreen platform's font database warns about scripts its fonts lack (the tiny
+# model's output is random bytes and scripts); that is the test machine's fonts, not the app.
+QLoggingCategory.setFilterRules("qt.text.font.db.warning=false\nqt.qpa.fonts.warning=false")
+
+# Small contexts and one thread: the machine is shared; the tests stay quick.
+TEST_CONTEXT: dict[str, Any] = {
+    "n_ctx": 2048,
+    "n_batch": 256,
+    "n_ubatch": 256,
+    "n_seq_max": 4,
+    "n_threads": 1,
+    "n_threads_batch": 1,
+}
+
+# A grammar the tiny model cannot end (no end-of-turn allowed): replies run until stopped
+# or max_tokens, and the text is readable.
+ENDLESS_GRAMMAR = 'root ::= ("hello" | " world" | " tab" | " llama") root'
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "home"
+    monkeypatch.setenv("LLAMADESK_HOME", str(folder))
+    # No bundled demo model in tests unless a test asks for one.
+    monkeypatch.setattr(paths, "demo_model_path", lambda: folder / "no-demo.gguf")
+    return paths.data_dir()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny.gguf", TinySpec())
+
+
+@pytest.fixture(scope="session")
+def slow_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Larger (~10 MB): prompt processing takes long enough to stop it half-way."""
+    spec = TinySpec(n_embd=256, n_layer=4, n_ff=512, n_ctx_train=4096, name="tiny-slow")
+    return write_tiny_model(tmp_path_factory.mktemp("models") / "slow.gguf", spec)
+
+
+def write_settings(model: Path | None, **extra: Any) -> None:
+    data: dict[str, Any] = {"context": dict(TEST_CONTEXT)}
+    if model is not None:
+        data["last_model_path"] = str(model)
+    data.update(extra)
+    paths.settings_path().write_text(json.dumps(data), encoding="utf-8")
+
+
+class Recorder(QObject):
+    """Collects worker signals on the GUI thread (a QObject slot, not a lambda)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens: list[tuple[int, str]] = []
+        self.progress: list[tuple[int, int, int]] = []
+        self.finished: list[tuple[int, dict[str, Any]]] = []
+
+    @Slot(int, str, int, float)
+    def on_tokens(self, tab: int, text: str, _n: int, _t: float) -> None:
+        self.tokens.append((tab, text))
+
+    @Slot(int, int, int)
+    def on_progress(self, tab: int, done: int, total: int) -> None:
+        self.progress.append((tab, done, total))
+
+    @Slot(int, dict)
+    def on_finished(self, tab: int, completion: dict[str, Any]) -> None:
+        self.finished.append((tab, completion))
+
+    def texts(self, tab: int) -> str:
+        return "".join(t for k, t in self.tokens if k == tab)
+
+    def completions(self, tab: int) -> list[dict[str, Any]]:
+        return [c for k, c in self.finished if k == tab]
+
+
+@pytest.fixture
+def make_window(qtbot: Any, tiny_model: Path) -> Iterator[Callable[..., Any]]:
+    """``make_window(model=tiny_model, context=None, wait_model=True)`` -> (window, recorder)."""
+    from app.ui.main_window import MainWindow
+
+    opened: list[tuple[Any, Database]] = []
+
+    def make(
+        model: Path | None = tiny_model,
+        context: dict[str, Any] | None = None,
+        wait_model: bool = True,
+        write: bool = True,
+        **settings: Any,
+    ) -> tuple[Any, Recorder]:
+        if write:
+            write_settings(model, **settings)
+            if context:
+                data = json.loads(paths.settings_path().read_text())
+                data["context"].update(context)
+                paths.settings_path().write_text(json.dumps(data))
+        db = Database.open()
+        window = MainWindow(db)
+        recorder = Recorder()
+        window.worker.tokens.connect(recorder.on_tokens)
+        window.worker.progress.connect(recorder.on_progress)
+        window.worker.finished.connect(recorder.on_finished)
+        opened.append((window, db))
+        window.show()
+        window.start()
+        if wait_model and model is not None:
+            qtbot.waitUntil(window.model_ready, timeout=15000)
+        return window, recorder
+
+    yield make
+    for window, db in opened:
+        close_window(qtbot, window)
+        db.close()
+
+
+def close_window(qtbot: Any, window: Any, timeout: int = 5000) -> None:
+    if not window.is_shut_down():
+        window.close()
+        qtbot.waitUntil(window.is_shut_down, timeout=timeout)
+
+
+def send(qtbot: Any, tab: Any, text: str) -> None:
+    """Type a message and press Enter in the tab's composer."""
+    from PySide6.QtCore import Qt
+
+    tab.composer.setPlainText(text)
+    qtbot.keyClick(tab.composer, Qt.Key.Key_Return)
+
+
+def wait_idle(qtbot: Any, tab: Any, timeout: int = 20000) -> dict[str, Any]:
+    qtbot.waitUntil(lambda: not tab.generating, timeout=timeout)
+    assert tab.last_completion is not None
+    return dict(tab.last_completion)
+
+
+def engine_call(qtbot: Any, window: Any, func: Callable[[Any], Any]) -> Any:
+    """Run ``func(engine)`` on the worker thread and return its result."""
+    box: list[Any] = []
+    window.worker.call(func, box.append)
+    qtbot.waitUntil(lambda: bool(box), timeout=10000)
+    return box[0]

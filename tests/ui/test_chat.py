@@ -1,0 +1,303 @@
+"""The chat window end to end: real engine on its worker thread, tiny generated models."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt
+
+from app.storage import Database
+from tests.ui.conftest import ENDLESS_GRAMMAR, close_window, engine_call, send, wait_idle
+
+
+def set_sampling(tab: Any, **values: Any) -> None:
+    sampling = {**tab.conversation.sampling, **values}
+    tab.db.update_conversation_settings(tab.cid, sampling=sampling)
+    tab.conversation = tab.db.get_conversation(tab.cid)
+    tab.settings.set_values(tab.conversation.system_prompt, tab.conversation.sampling)
+
+
+def endless(tab: Any, max_tokens: int = 4000) -> None:
+    set_sampling(tab, grammar=ENDLESS_GRAMMAR, max_tokens=max_tokens, temperature=0.8, seed=3)
+
+
+def assert_reused(c: dict[str, Any], earlier: dict[str, Any]) -> None:
+    """The turn reused the cache: at least the earlier turn's whole prompt was not
+    processed again. (The tiny model's random replies need not re-tokenize to the tokens
+    sampled, so the reply itself may be re-processed; a real model's usually is not.)"""
+    assert c["n_prompt"] - c["n_prompt_processed"] >= earlier["n_prompt"] - 1
+    assert c["n_prompt_processed"] < c["n_prompt"]
+
+
+def engine_key(window: Any, tab: Any) -> int:
+    return int(window.worker._keys[tab.cid])
+
+
+def test_send_and_stream(qtbot: Any, make_window: Any) -> None:
+    window, rec = make_window()
+    tab = window.new_tab()
+    assert tab is not None and window.current_tab() is tab
+    set_sampling(tab, max_tokens=48, temperature=0.7, seed=1)
+    send(qtbot, tab, "hello world")
+    # committed before shown as sent
+    thread = window.db.get_thread(tab.cid)
+    assert [m.role for m in thread] == ["user", "assistant"]
+    assert thread[0].content == "hello world" and thread[1].status == "partial"
+    assert tab.generating and tab.stop_button.isVisible()
+    completion = wait_idle(qtbot, tab)
+    assert completion["finish_reason"] in ("eog", "length")
+    assert completion["n_tokens"] > 0
+    assert rec.texts(tab.cid) == completion["text"]  # streamed pieces add up to the reply
+    reply = window.db.get_thread(tab.cid)[-1]
+    assert reply.status == "complete" and reply.content == completion["text"]
+    assert reply.token_count == completion["n_tokens"] and reply.tokens_per_second
+    widget = tab.view.last()
+    assert widget is not None and widget.data.id == reply.id
+    assert "tokens" in widget.figures.text()
+    assert tab.composer.toPlainText() == ""
+    assert tab.state_label.text().startswith("idle")
+    assert "/ 2,048 tokens" in tab.meter_label.text()
+    assert window.message_bar.text() == ""
+
+
+def test_shift_enter_is_a_new_line_and_escape_cancels_nothing(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    tab = window.new_tab()
+    tab.composer.setPlainText("line one")
+    tab.composer.moveCursor(tab.composer.textCursor().MoveOperation.End)
+    qtbot.keyClick(tab.composer, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    assert tab.composer.toPlainText() == "line one\n"
+    assert not tab.generating
+    qtbot.keyClick(tab.composer, Qt.Key.Key_Escape)
+    assert not tab.generating and window.db.get_thread(tab.cid) == []
+
+
+def test_stop_mid_reply(qtbot: Any, make_window: Any) -> None:
+    window, rec = make_window()
+    tab = window.new_tab()
+    endless(tab)
+    send(qtbot, tab, "hello")
+    qtbot.waitUntil(lambda: len(rec.texts(tab.cid)) > 0, timeout=10000)
+    qtbot.mouseClick(tab.stop_button, Qt.MouseButton.LeftButton)
+    completion = wait_idle(qtbot, tab, 10000)
+    assert completion["finish_reason"] == "aborted"
+    assert 0 < completion["n_tokens"] < 4000
+    reply = window.db.get_thread(tab.cid)[-1]
+    assert reply.status == "stopped" and reply.content == completion["text"] != ""
+    assert "stopped" in tab.view.last().figures.text()
+    # the tab works again afterwards
+    set_sampling(tab, grammar=None, max_tokens=8)
+    send(qtbot, tab, "again")
+    assert wait_idle(qtbot, tab)["finish_reason"] in ("eog", "length")
+
+
+def test_stop_mid_prompt_with_escape(qtbot: Any, make_window: Any, slow_model: Path) -> None:
+    window, rec = make_window(
+        slow_model, context={"n_ctx": 4096, "n_batch": 32, "n_ubatch": 32, "n_seq_max": 2}
+    )
+    tab = window.new_tab()
+    set_sampling(tab, max_tokens=16)
+    send(qtbot, tab, "hello world chat tab " * 90)
+    qtbot.waitUntil(lambda: any(k == tab.cid for k, _, _ in rec.progress), timeout=10000)
+    assert "processing prompt" in tab.state_label.text()
+    tab.composer.setFocus()
+    qtbot.keyClick(tab.composer, Qt.Key.Key_Escape)
+    completion = wait_idle(qtbot, tab, 10000)
+    assert completion["finish_reason"] == "aborted"
+    assert completion["n_tokens"] == 0
+    done = [d for k, d, _ in rec.progress if k == tab.cid]
+    total = next(t for k, _, t in rec.progress if k == tab.cid)
+    assert max(done) < total  # it really stopped half-way
+    assert window.db.get_thread(tab.cid)[-1].status == "stopped"
+
+
+def test_two_tabs_generate_while_switching(qtbot: Any, make_window: Any) -> None:
+    window, rec = make_window()
+    first = window.new_tab()
+    endless(first, 600)
+    send(qtbot, first, "hello from the first tab")
+    second = window.new_tab()
+    endless(second, 600)
+    send(qtbot, second, "hello from the second tab")
+    assert first.generating and second.generating
+    seen_both = False
+    for _ in range(6):
+        window.next_tab()
+        qtbot.wait(40)
+        if first.generating and second.generating:
+            seen_both = True
+    assert seen_both, "both tabs should generate at the same time"
+    # the tab not shown keeps generating and buffering
+    window.tab_widget.setCurrentWidget(first)
+    before = len(rec.texts(second.cid))
+    qtbot.waitUntil(lambda: len(rec.texts(second.cid)) > before, timeout=5000)
+    c1 = wait_idle(qtbot, first, 30000)
+    c2 = wait_idle(qtbot, second, 30000)
+    assert c1["n_tokens"] == 600 and c2["n_tokens"] == 600
+    # the hidden tab's text was painted when it was shown
+    window.tab_widget.setCurrentWidget(second)
+    assert second.view.last().data.content == c2["text"]
+    # switching never re-processed anything: each prompt was processed once, and each
+    # sequence still holds its whole conversation
+    for tab, c in ((first, c1), (second, c2)):
+        assert c["n_prompt_processed"] == c["n_prompt"]
+        held = engine_call(qtbot, window, lambda e, t=tab: e.tokens(engine_key(window, t)))
+        assert len(held) >= c["n_prompt"] + c["n_tokens"] - 1
+
+
+def test_more_tabs_than_resident_slots_evict_to_disk(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window(context={"n_seq_max": 2})
+    tabs, firsts = [], []
+    for i in range(3):
+        tab = window.new_tab()
+        set_sampling(tab, max_tokens=6, temperature=0.0)
+        send(qtbot, tab, f"tab number {i}")
+        firsts.append(wait_idle(qtbot, tab))
+        tabs.append(tab)
+    # three conversations, two slots: the least recently used was saved and evicted
+    qtbot.waitUntil(lambda: tabs[0].info.get("on_disk") is True, timeout=5000)
+    assert "saved to disk" in tabs[0].state_text()
+    assert any(window.store.directory.glob(f"{tabs[0].cid}-*.kvstate"))
+    # it comes back from there: the follow-up processes only the new message
+    window.tab_widget.setCurrentWidget(tabs[0])
+    send(qtbot, tabs[0], "back again")
+    assert_reused(wait_idle(qtbot, tabs[0]), firsts[0])
+
+
+def test_fork_shares_the_cache(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    tab = window.new_tab()
+    set_sampling(tab, max_tokens=12, temperature=0.0)
+    send(qtbot, tab, "first question")
+    wait_idle(qtbot, tab)
+    send(qtbot, tab, "second question")
+    wait_idle(qtbot, tab)
+    first_reply = tab.branch[1]
+    assert first_reply.role == "assistant"
+    held = len(engine_call(qtbot, window, lambda e: e.tokens(engine_key(window, tab))))
+    widget = tab.view.widget_for(first_reply.id)
+    qtbot.mouseClick(widget.fork_button, Qt.MouseButton.LeftButton)
+    fork = window.current_tab()
+    assert fork is not tab and fork.cid != tab.cid
+    assert [m.content for m in fork.branch] == [m.content for m in tab.branch[:2]]
+    qtbot.waitUntil(lambda: fork.cid in window.worker._keys, timeout=5000)
+    fork_tokens = engine_call(qtbot, window, lambda e: e.tokens(engine_key(window, fork)))
+    src_tokens = engine_call(qtbot, window, lambda e: e.tokens(engine_key(window, tab)))
+    assert 0 < len(fork_tokens) < held
+    assert fork_tokens == src_tokens[: len(fork_tokens)]  # a copy of the prefix, no re-processing
+    send(qtbot, fork, "a different second question")
+    c = wait_idle(qtbot, fork)
+    assert c["n_prompt_processed"] < c["n_prompt"] - len(fork_tokens) + 40
+    assert len(window.db.get_thread(tab.cid)) == 4  # the source is untouched
+
+
+def test_edit_and_regenerate(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    tab = window.new_tab()
+    set_sampling(tab, max_tokens=10, temperature=0.9, seed=-1)
+    send(qtbot, tab, "tell me something")
+    wait_idle(qtbot, tab)
+    reply = tab.branch[-1]
+    # regenerate: a sibling reply, reusing the cached prompt
+    qtbot.mouseClick(tab.view.widget_for(reply.id).regen_button, Qt.MouseButton.LeftButton)
+    c = wait_idle(qtbot, tab)
+    assert c["n_prompt_processed"] <= 2
+    new_reply = tab.branch[-1]
+    assert new_reply.id != reply.id and new_reply.parent_id == reply.parent_id
+    assert window.db.sibling_position(new_reply.id) == (2, 2)
+    assert tab.view.last().sibling_label.text() == "2/2"
+    # browse back to the first version
+    qtbot.mouseClick(tab.view.last().prev_button, Qt.MouseButton.LeftButton)
+    assert tab.branch[-1].id == reply.id
+    # edit the user message: a sibling user message and a new reply
+    user = tab.branch[0]
+    qtbot.mouseClick(tab.view.widget_for(user.id).edit_button, Qt.MouseButton.LeftButton)
+    assert tab.composer.toPlainText() == "tell me something" and tab.edit_banner.isVisible()
+    tab.composer.setPlainText("tell me something else")
+    qtbot.keyClick(tab.composer, Qt.Key.Key_Return)
+    wait_idle(qtbot, tab)
+    assert [m.role for m in tab.branch] == ["user", "assistant"]
+    assert tab.branch[0].content == "tell me something else"
+    assert window.db.sibling_position(tab.branch[0].id) == (2, 2)
+    assert not tab.edit_banner.isVisible()
+
+
+def test_settings_rebuild_keeps_tabs(qtbot: Any, make_window: Any) -> None:
+    from app.engine import ContextSettings
+
+    window, _ = make_window()
+    tabs, firsts = [], []
+    for text in ("one", "two"):
+        tab = window.new_tab()
+        set_sampling(tab, max_tokens=8, temperature=0.0)
+        send(qtbot, tab, f"conversation {text}")
+        firsts.append(wait_idle(qtbot, tab))
+        tabs.append(tab)
+    before = {
+        t.cid: engine_call(qtbot, window, lambda e, t=t: e.tokens(engine_key(window, t)))
+        for t in tabs
+    }
+    window.open_settings()
+    panel = window.settings_panel()
+    assert panel is not None and panel.isVisible()
+    new = ContextSettings.from_dict({**window.model["settings"], "n_ctx": 3072})
+    panel.applyRequested.emit(new)
+    qtbot.waitUntil(lambda: window.model["settings"]["n_ctx"] == 3072, timeout=15000)
+    assert window.model["settings"]["n_ctx"] == 3072
+    assert window.app_settings.context["n_ctx"] == 3072
+    after = {
+        t.cid: engine_call(qtbot, window, lambda e, t=t: e.tokens(engine_key(window, t)))
+        for t in tabs
+    }
+    assert after == before  # every tab kept its cache through the rebuild
+    qtbot.waitUntil(lambda: "/ 3,072 tokens" in tabs[0].meter_label.text(), timeout=5000)
+    send(qtbot, tabs[0], "still here?")
+    assert_reused(wait_idle(qtbot, tabs[0]), firsts[0])
+    # a change of layout (KV type) re-processes instead, silently
+    new2 = ContextSettings.from_dict({**window.model["settings"], "type_k": "f32"})
+    window.settings_panel().applyRequested.emit(new2)
+    qtbot.waitUntil(lambda: window.model["settings"]["type_k"] == "f32", timeout=15000)
+    send(qtbot, tabs[1], "and now?")
+    c2 = wait_idle(qtbot, tabs[1])
+    assert c2["finish_reason"] in ("eog", "length") and window.message_bar.text() == ""
+
+
+def test_close_during_generation_and_reopen(qtbot: Any, make_window: Any, tiny_model: Path) -> None:
+    window, _ = make_window()
+    quiet = window.new_tab()
+    set_sampling(quiet, max_tokens=10, temperature=0.0)
+    send(qtbot, quiet, "remember this conversation")
+    first = wait_idle(qtbot, quiet)
+    busy = window.new_tab()
+    endless(busy, 100000)
+    send(qtbot, busy, "keep talking")
+    qtbot.waitUntil(lambda: busy.reply_text() != "", timeout=10000)
+    ids = [quiet.cid, busy.cid]
+    started = time.monotonic()
+    window.close()
+    qtbot.waitUntil(window.is_shut_down, timeout=3000)
+    assert time.monotonic() - started < 2.0
+    db = Database.open()
+    try:
+        reply = db.get_thread(busy.cid)[-1]
+        assert reply.status == "stopped" and reply.content
+        tabs, active = db.load_tabs()
+        assert [t.conversation_id for t in tabs] == ids and active == busy.cid
+    finally:
+        db.close()
+    for cid in ids:
+        assert any(window.store.directory.glob(f"{cid}-*.kvstate"))
+
+    window2, _ = make_window(write=False)
+    assert [t.cid for t in window2.tabs()] == ids
+    reopened = window2.tab_for(quiet.cid)
+    qtbot.waitUntil(lambda: reopened.info.get("restored") is True, timeout=5000)
+    assert "restored" in reopened.state_text()
+    assert [m.content for m in reopened.branch] == [first["text"]] or reopened.branch
+    send(qtbot, reopened, "what did I say?")
+    c = wait_idle(qtbot, reopened)
+    # answered without re-processing the conversation
+    assert_reused(c, first)
+    close_window(qtbot, window2)
