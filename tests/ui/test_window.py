@@ -1,0 +1,183 @@
+"""The window around the chats: first start, model manager, sidebar, keyboard, safety."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QTableWidget
+
+from app import paths
+from app.ui import markdown
+from tests.ui.conftest import send, wait_idle
+
+
+def test_first_start_without_a_model_explains_what_to_do(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window(model=None)
+    assert not window.model_ready()
+    assert window.stack.currentWidget() is window.welcome
+    text = window.welcome.text.text()
+    assert "No model is loaded" in text and "model manager" in text
+    assert window.welcome.models_button.isVisible()
+    assert window.model_label.text() == "No model loaded"
+    assert window.message_bar.text() == ""  # nothing looks broken
+    # a chat can be opened, and it says what to do instead of failing
+    tab = window.new_tab()
+    assert tab is not None and "No model is loaded" in tab.view._placeholder.text()
+    send(qtbot, tab, "hello?")
+    assert not tab.generating and "Load a model first" in window.message_bar.text()
+
+
+def test_demo_model_is_loaded_by_default(
+    qtbot: Any, make_window: Any, tiny_model: Path, monkeypatch: Any, tmp_path: Path
+) -> None:
+    demo = tmp_path / "resources" / "llamadesk-demo.gguf"
+    demo.parent.mkdir()
+    shutil.copy(tiny_model, demo)
+    monkeypatch.setattr(paths, "demo_model_path", lambda: demo)
+    window, _ = make_window(model=None, wait_model=False)
+    qtbot.waitUntil(window.model_ready, timeout=10000)
+    assert window.model_path() == str(demo)
+    assert window.stack.currentWidget() is window.welcome
+    assert window.welcome.new_button.isVisible()
+
+
+def test_broken_model_file_in_the_model_manager(
+    qtbot: Any, make_window: Any, tiny_model: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "models"
+    folder.mkdir()
+    good = folder / "good.gguf"
+    shutil.copy(tiny_model, good)
+    broken = folder / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 64)
+    window, _ = make_window()
+    window.db.add_folder(folder)
+    window.show_model_manager()
+    manager = window.model_manager()
+    assert manager is not None and window.models_dock.isVisible()
+    manager.refresh()
+    qtbot.waitUntil(lambda: not manager.is_scanning(), timeout=15000)
+    entries = {Path(e.path).name: e for e in window.db.list_models()}
+    assert entries["good.gguf"].metadata and entries["good.gguf"].error is None
+    assert entries["broken.gguf"].error  # listed, with its problem, next to the good one
+    table = manager.findChild(QTableWidget)
+    assert table is not None and table.rowCount() >= 2
+    loaded_before = window.model_path()
+    manager.loadRequested.emit(str(broken))
+    qtbot.waitUntil(lambda: "broken.gguf" in window.message_bar.text(), timeout=10000)
+    assert window.message_bar.error
+    assert window.model_path() == loaded_before  # the loaded model was kept
+    manager.loadRequested.emit(str(good))
+    qtbot.waitUntil(lambda: window.model_path() == str(good), timeout=10000)
+    tab = window.new_tab()
+    send(qtbot, tab, "hello")
+    assert wait_idle(qtbot, tab)["finish_reason"] in ("eog", "length")
+
+
+def test_sidebar_search_rename_pin_delete_undo(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    tab = window.new_tab()
+    send(qtbot, tab, "llamas like mountains")
+    wait_idle(qtbot, tab)
+    other = window.new_tab()
+    send(qtbot, other, "the cache and the state")
+    wait_idle(qtbot, other)
+    sidebar = window.sidebar
+    sidebar.refresh()
+    assert [r.conversation_id for r in sidebar.model.rows][:2] == [other.cid, tab.cid]
+    # search
+    qtbot.keyClick(window, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    sidebar.search.setText("mountains")
+    sidebar.refresh()
+    assert [r.conversation_id for r in sidebar.model.rows] == [tab.cid]
+    assert "«mountains»" in sidebar.model.rows[0].subtitle
+    sidebar.search.clear()
+    sidebar.refresh()
+    # rename through the model (what the inline editor does)
+    index = sidebar.model.index(1, 0)
+    assert sidebar.model.setData(index, "Mountain talk")
+    assert window.db.get_conversation(tab.cid).title == "Mountain talk"
+    qtbot.waitUntil(lambda: "Mountain talk" in window.tab_widget.tabText(window.tab_widget.indexOf(tab)))
+    # pin moves it first
+    sidebar.pinRequested.emit(tab.cid, True)
+    assert sidebar.model.rows[0].conversation_id == tab.cid and sidebar.model.rows[0].pinned
+    # delete closes its tab, Undo brings it back
+    sidebar.deleteRequested.emit(tab.cid)
+    assert window.tab_for(tab.cid) is None
+    assert tab.cid not in [r.conversation_id for r in sidebar.model.rows]
+    assert "Deleted" in window.message_bar.text()
+    qtbot.mouseClick(window.message_bar.action_button, Qt.MouseButton.LeftButton)
+    assert tab.cid in [r.conversation_id for r in sidebar.model.rows]
+    restored = window.tab_for(tab.cid)
+    assert restored is not None and restored.branch[0].content == "llamas like mountains"
+    # opening from the list focuses the open tab instead of opening another
+    window.tab_widget.setCurrentWidget(other)
+    sidebar.openRequested.emit(tab.cid)
+    assert window.current_tab() is restored and window.tab_widget.count() == 2
+
+
+def test_keyboard_shortcuts(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    window.activateWindow()
+    ctrl = Qt.KeyboardModifier.ControlModifier
+    qtbot.keyClick(window, Qt.Key.Key_T, ctrl)
+    qtbot.keyClick(window, Qt.Key.Key_T, ctrl)
+    assert window.tab_widget.count() == 2
+    assert window.tab_widget.currentIndex() == 1
+    qtbot.keyClick(window, Qt.Key.Key_Tab, ctrl)
+    assert window.tab_widget.currentIndex() == 0
+    qtbot.keyClick(window, Qt.Key.Key_Tab, ctrl | Qt.KeyboardModifier.ShiftModifier)
+    assert window.tab_widget.currentIndex() == 1
+    qtbot.keyClick(window, Qt.Key.Key_Comma, ctrl)
+    panel = window.settings_panel()
+    assert panel is not None and panel.isVisible()
+    panel.close()
+    qtbot.keyClick(window, Qt.Key.Key_W, ctrl)
+    qtbot.keyClick(window, Qt.Key.Key_W, ctrl)
+    assert window.tab_widget.count() == 0
+    assert window.stack.currentWidget() is window.welcome
+    # empty chats that were closed do not clutter the list
+    window.sidebar.refresh()
+    assert window.sidebar.model.rows == []
+
+
+def test_markdown_is_safe_and_highlighted() -> None:
+    text = (
+        "Hi <b>bold</b> <script>alert(1)</script> ![cat](https://example.com/cat.png) "
+        "[x](file:///etc/passwd) [ok](https://example.org)\n\n"
+        '<img src="https://example.com/a.png">\n\n'
+        "```python\nprint('hi')\n```\n"
+    )
+    out = markdown.render(text)
+    assert "<img" not in out.html and "<script" not in out.html and "<b>" not in out.html
+    assert "&lt;b&gt;bold&lt;/b&gt;" in out.html and "&lt;img" in out.html
+    assert 'href="file:' not in out.html and 'href="https://example.org"' in out.html
+    assert out.code_blocks == ["print('hi')"]
+    assert f'href="{markdown.COPY_CODE_PREFIX}0"' in out.html
+    assert "style=" in out.html  # highlighted with inline colours
+
+
+def test_streamed_html_is_shown_as_text_and_code_can_be_copied(
+    qtbot: Any, make_window: Any
+) -> None:
+    from PySide6.QtGui import QGuiApplication
+
+    from app.ui.chat_view import ChatView, MessageData
+
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.set_messages(
+        [
+            MessageData(1, "user", "<i>not italic</i>"),
+            MessageData(2, "assistant", "<b>raw</b>\n\n```\ncode here\n```"),
+        ]
+    )
+    user, reply = view.messages()
+    assert "&lt;i&gt;" in user.content.text()
+    assert "&lt;b&gt;raw&lt;/b&gt;" in reply.content.text()
+    reply.content.linkActivated.emit(markdown.COPY_CODE_PREFIX + "0")
+    clipboard = QGuiApplication.clipboard()
+    assert clipboard is not None and clipboard.text() == "code here"
