@@ -107,6 +107,7 @@ class Engine:
         self._clock = 0
         self._rotation = 0
         self._encoded_for: int | None = None  # whose encoder output the context holds
+        self._side_events: list[Event] = []
         self.context_full_policy = "shift"  # or "stop"
 
     # ---------------------------------------------------------------- lifecycle
@@ -184,6 +185,19 @@ class Engine:
     @property
     def model_fingerprint(self) -> str:
         return self._need_model().fingerprint
+
+    def memory(self) -> dict[str, int]:
+        """Bytes used by the weights and by the KV cache (the status bar shows these)."""
+        model = self._need_model()
+        ctx = self.context
+        kv = int(ctx.settings.kv_bytes_per_token(model.info) * ctx.n_ctx) if ctx is not None else 0
+        held = sum(len(s.tokens) for s in self._seqs.values() if s.seq_id is not None)
+        return {
+            "model_bytes": model.size_bytes,
+            "kv_bytes": kv,
+            "kv_tokens_held": held,
+            "n_ctx": ctx.n_ctx if ctx is not None else 0,
+        }
 
     def _need_model(self) -> Model:
         if self.model is None:
@@ -282,7 +296,7 @@ class Engine:
         """Drop every other sequence's cells (``seq_keep``), e.g. before a whole-context save."""
         seq = self._seq(key)
         ctx = self._need_ctx()
-        self._ensure_resident(seq, [])
+        self._ensure_resident(seq, self._side_events)
         assert seq.seq_id is not None
         ctx.seq_keep(seq.seq_id)
         for other in self._seqs.values():
@@ -304,7 +318,7 @@ class Engine:
         dst = self._seqs[self.open_sequence()]
         dst.messages = list(src.messages) if src.messages is not None else None
         dst.n_keep, dst.n_dropped = min(src.n_keep, n_tokens), src.n_dropped
-        events: list[Event] = []
+        events = self._side_events
         self._ensure_resident(src, events, protect={src.key, dst.key})
         if src.seq_id is None:  # no room: the fork is parked as a copy of the source's state
             raise EngineError("No free sequence slot to fork into; close a tab or raise n_seq_max.")
@@ -350,7 +364,8 @@ class Engine:
             ]
         head = msgs[:1] if msgs and msgs[0].get("role") == "system" else []
         body = msgs[len(head) :]
-        budget = self.n_ctx_seq - (reserve if reserve is not None else max(16, self.n_ctx_seq // 4))
+        room = reserve if reserve is not None and reserve > 0 else max(16, self.n_ctx_seq // 4)
+        budget = self.n_ctx_seq - min(room, self.n_ctx_seq // 2)
         dropped = min(seq.n_dropped, max(0, len(body) - 1)) if seq.messages is not None else 0
         while True:
             kept = head + body[dropped:]
@@ -557,8 +572,11 @@ class Engine:
 
     def stop(self, key: int | None = None) -> None:
         """Stop one sequence or all; safe from any thread, effective within one micro-batch."""
+        # Called from other threads: take a snapshot (tuple() of a dict view is atomic under the GIL).
         targets = (
-            list(self._seqs.values()) if key is None else [s for s in [self._seqs.get(key)] if s]
+            tuple(self._seqs.values())
+            if key is None
+            else tuple(s for s in [self._seqs.get(key)] if s)
         )
         hit = False
         for seq in targets:
@@ -603,7 +621,8 @@ class Engine:
 
     def step(self) -> list[Event]:
         """One batched decode over every busy sequence. Returns what happened."""
-        events: list[Event] = []
+        # Events of work done outside a step (evictions by fork, restore...) come first.
+        events, self._side_events = self._side_events, []
         ctx = self._need_ctx()
         ctx.abort_requested = False
         for seq in self._seqs.values():
@@ -976,7 +995,7 @@ class Engine:
                 return state.to_bytes()
             parked = seq.parked
             if seq.cut_after_restore is not None:
-                self._ensure_resident(seq, [])
+                self._ensure_resident(seq, self._side_events)
                 if seq.seq_id is None:
                     raise StateError("No free sequence slot to save this state from.")
                 return self._state_of(seq).to_bytes()
@@ -1019,7 +1038,7 @@ class Engine:
             if same_model:
                 seq.pending = list(state.tokens + state.pending)
             return False
-        self._ensure_resident(seq, [], protect={key})
+        self._ensure_resident(seq, self._side_events, protect={key})
         if seq.seq_id is None:
             seq.parked = state  # restored when a slot frees up
             seq.tokens = list(state.tokens)
@@ -1106,7 +1125,7 @@ class Engine:
                 seq.tokens, seq.parked = [], None
         for seq in resident[: ctx.n_seq_max]:
             if seq.parked is not None:
-                self._ensure_resident(seq, [], protect={seq.key})
+                self._ensure_resident(seq, self._side_events, protect={seq.key})
 
     # ---------------------------------------------------------------- whole context
 
@@ -1175,7 +1194,7 @@ class Engine:
         scratch = self.open_sequence()
         try:
             seq = self._seqs[scratch]
-            self._ensure_resident(seq, [], protect={scratch})
+            self._ensure_resident(seq, self._side_events, protect={scratch})
             if seq.seq_id is None:
                 raise EngineError("No free sequence slot for embeddings.")
             for text in texts:
