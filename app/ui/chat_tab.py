@@ -52,6 +52,8 @@ class TabHost(Protocol):
 
     def tab_state_changed(self, tab: ChatTab) -> None: ...
 
+    def save_partial(self, message_id: int, text: str) -> None: ...
+
     def context_policy(self) -> str: ...
 
     def set_context_policy(self, policy: str) -> None: ...
@@ -529,10 +531,7 @@ class ChatTab(QWidget):
             text = self.reply_text()
             if len(text) != self._saved_len:
                 self._saved_len = len(text)
-                try:
-                    self.db.update_reply(self.reply_id, text)
-                except LlamaDeskError as exc:
-                    self.host.show_message(str(exc))
+                self.host.save_partial(self.reply_id, text)
         if self._state == "generating" and self._gen_started:
             elapsed = time.perf_counter() - self._gen_started
             if elapsed > 0.2:

@@ -7,9 +7,10 @@ with name in copy, edit, regenerate, fork, prev, next.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, QObject, Qt, QUrl, Signal, Slot
+from PySide6.QtCore import QEvent, Qt, QUrl, Signal, Slot
 from PySide6.QtGui import QDesktopServices, QGuiApplication, QPalette
 from PySide6.QtWidgets import (
     QFrame,
@@ -23,6 +24,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui import markdown
+
+CHUNK_CHARS = 700  # a streamed message's last label holds at most about this much text
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 
 ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 
@@ -76,6 +80,65 @@ def figures_text(data: MessageData) -> str:
     return " · ".join(parts)
 
 
+def _cut_point(text: str, start: int) -> int | None:
+    """Where to end a frozen chunk of ``text[start:]``: after a blank line (else a line
+    break) between 200 and CHUNK_CHARS characters in; None when there is none."""
+    window = text[start : start + CHUNK_CHARS]
+    for sep in ("\n\n", "\n"):
+        i = window.rfind(sep)
+        if i >= 100:
+            return start + i + len(sep)
+    return None
+
+
+def _fence_after(fence: str, piece: str) -> str:
+    """The code fence line still open after ``piece`` (which starts inside ``fence``
+    when that is not empty)."""
+    for line in piece.split("\n"):
+        m = _FENCE.match(line)
+        if not m:
+            continue
+        if not fence:
+            fence = line.strip()
+            continue
+        opening = _FENCE.match(fence)
+        marker = opening.group(1) if opening else "```"
+        closing = line.strip()
+        if set(closing) == {marker[0]} and len(closing) >= len(marker):
+            fence = ""
+    return fence
+
+
+class TextLabel(QLabel):
+    """A word-wrapped rich-text label that remembers its height for a width.
+
+    Qt's layouts ask a label's ``heightForWidth`` several times per layout pass and a
+    QLabel lays its whole text out again each time; with the cache, a long conversation
+    costs nothing while only the last label changes."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._hfw: dict[int, int] = {}
+
+    def setText(self, text: str) -> None:
+        self._hfw.clear()
+        super().setText(text)
+
+    def heightForWidth(self, width: int) -> int:
+        height = self._hfw.get(width)
+        if height is None:
+            if len(self._hfw) > 8:
+                self._hfw.clear()
+            height = super().heightForWidth(width)
+            self._hfw[width] = height
+        return height
+
+    def changeEvent(self, event: QEvent) -> None:
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):
+            self._hfw.clear()
+        super().changeEvent(event)
+
+
 class MessageWidget(QFrame):
     """One message: role, actions, content (Markdown for replies), figures."""
 
@@ -118,18 +181,20 @@ class MessageWidget(QFrame):
         header.addWidget(self.fork_button)
         layout.addLayout(header)
 
-        self.content = QLabel()
+        # Long text is split into several labels at block boundaries: a QLabel lays out
+        # its whole text on every change, so only the last (short) one changes while a
+        # reply streams. ``content`` is that last label.
+        self._chunks: list[QLabel] = []  # frozen labels before ``content``
+        self._chunk_blocks: dict[int, list[str]] = {}
+        self._frozen = 0  # source characters shown by the frozen labels
+        self._fence = ""  # the code fence open at the frozen boundary ("" if none)
+        self._text_layout = QVBoxLayout()
+        self._text_layout.setContentsMargins(0, 0, 0, 0)
+        self._text_layout.setSpacing(0)
+        self.content = self._new_label()
         self.content.setObjectName("content")
-        self.content.setWordWrap(True)
-        self.content.setTextFormat(Qt.TextFormat.RichText)
-        self.content.setOpenExternalLinks(False)
-        self.content.setTextInteractionFlags(
-            Qt.TextInteractionFlag.TextBrowserInteraction
-            | Qt.TextInteractionFlag.TextSelectableByKeyboard
-        )
-        self.content.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Minimum)
-        self.content.linkActivated.connect(self._on_link)
-        layout.addWidget(self.content)
+        self._text_layout.addWidget(self.content)
+        layout.addLayout(self._text_layout)
 
         self.figures = QLabel()
         self.figures.setObjectName("figures")
@@ -200,22 +265,77 @@ class MessageWidget(QFrame):
             self.prev_button.setEnabled(self.data.sibling_index > 1)
             self.next_button.setEnabled(self.data.sibling_index < n)
 
+    def _new_label(self) -> QLabel:
+        label = TextLabel()
+        label.setObjectName("chunk")
+        label.setWordWrap(True)
+        label.setTextFormat(Qt.TextFormat.RichText)
+        label.setOpenExternalLinks(False)
+        label.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextBrowserInteraction
+            | Qt.TextInteractionFlag.TextSelectableByKeyboard
+        )
+        label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Minimum)
+        label.linkActivated.connect(lambda href, lb=label: self._on_link_in(lb, href))
+        return label
+
+    def _reset_chunks(self) -> None:
+        for label in self._chunks:
+            self._text_layout.removeWidget(label)
+            label.deleteLater()
+        self._chunks = []
+        self._chunk_blocks = {id(self.content): []}
+        self._frozen = 0
+        self._fence = ""
+
+    def _render_source(self, source: str) -> tuple[str, list[str]]:
+        if self.data.role == "assistant":
+            rendered = markdown.render(source, markdown.Theme(self._dark))
+            return rendered.html, rendered.code_blocks
+        return markdown.render_plain(source), []
+
     def _render(self) -> None:
         data = self.data
-        if data.role == "assistant":
-            text = data.content
-            if not text and self._streaming:
-                html = "<p><i>…</i></p>"
-                self._code_blocks = []
-            else:
-                rendered = markdown.render(text, markdown.Theme(self._dark))
-                html, self._code_blocks = rendered.html, rendered.code_blocks
+        text = data.content
+        if self._frozen > len(text) or not self._chunks_match(text):
+            self._reset_chunks()
+        # freeze finished blocks while the text beyond the frozen part is long
+        while len(text) - self._frozen > CHUNK_CHARS:
+            cut = _cut_point(text, self._frozen)
+            if cut is None:
+                break
+            piece = text[self._frozen : cut]
+            html, blocks = self._render_source(self._fence_prefix() + piece)
+            label = self._new_label()
+            label.setText(html)
+            self._text_layout.insertWidget(len(self._chunks), label)
+            self._chunks.append(label)
+            self._chunk_blocks[id(label)] = blocks
+            self._fence = _fence_after(self._fence, piece)
+            self._frozen = cut
+        self._frozen_text = text[: self._frozen]
+        tail = text[self._frozen :]
+        if data.role == "assistant" and not text and self._streaming:
+            html, blocks = "<p><i>…</i></p>", []
+        elif tail or not self._chunks:
+            html, blocks = self._render_source(self._fence_prefix() + tail)
         else:
-            html = markdown.render_plain(data.content)
-            self._code_blocks = []
+            html, blocks = "", []
         if data.error:
             html += f'<p style="color:#d33;">{markdown.render_plain(data.error)}</p>'
+        self._chunk_blocks[id(self.content)] = blocks
+        self.content.setVisible(bool(html))
         self.content.setText(html)
+
+    def _chunks_match(self, text: str) -> bool:
+        return not self._frozen or text.startswith(getattr(self, "_frozen_text", ""))
+
+    def _fence_prefix(self) -> str:
+        return self._fence + "\n" if self._fence else ""
+
+    def _on_link_in(self, label: QLabel, href: str) -> None:
+        self._code_blocks = self._chunk_blocks.get(id(label), [])
+        self._on_link(href)
 
     @Slot(str)
     def _on_link(self, href: str) -> None:
@@ -233,7 +353,13 @@ class MessageWidget(QFrame):
             QDesktopServices.openUrl(QUrl(href))
 
     def code_blocks(self) -> list[str]:
-        return list(self._code_blocks)
+        out: list[str] = []
+        for label in [*self._chunks, self.content]:
+            out.extend(self._chunk_blocks.get(id(label), []))
+        return out
+
+    def labels(self) -> list[QLabel]:
+        return [*self._chunks, self.content]
 
 
 class ChatView(QScrollArea):
@@ -264,7 +390,6 @@ class ChatView(QScrollArea):
         bar = self.verticalScrollBar()
         bar.valueChanged.connect(self._on_scrolled)
         bar.rangeChanged.connect(self._on_range)
-        self._body.installEventFilter(self)
 
     # -- content
 
@@ -334,11 +459,11 @@ class ChatView(QScrollArea):
         if self.follow:
             self.verticalScrollBar().setValue(high)
 
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if watched is self._body and event.type() == QEvent.Type.PaletteChange:
+    def changeEvent(self, event: QEvent) -> None:
+        if event.type() == QEvent.Type.PaletteChange:
             dark = is_dark(self)
             if dark != self._dark:
                 self._dark = dark
                 for w in self._widgets:
                     w.set_dark(dark)
-        return super().eventFilter(watched, event)
+        super().changeEvent(event)

@@ -32,6 +32,7 @@ from app.errors import LlamaDeskError
 from app.storage import AppSettings, Database, StateStore, Tab, load_settings, save_settings
 from app.ui.chat_tab import ChatTab, engine_messages
 from app.ui.message_bar import MessageBar
+from app.ui.reply_saver import ReplySaver
 from app.ui.sidebar import Sidebar
 from app.ui.worker import EngineWorker, WorkerThread
 
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FLUSH_INTERVAL_MS = 25  # streamed text is painted at most ~40 times a second
+FLUSH_INTERVAL_MS = 30  # streamed text is painted at most ~33 times a second
 SHUTDOWN_TIMEOUT_MS = 1500  # the worker gets this long to save the tabs' states
 PURGE_AFTER_S = 7 * 86400  # deleted conversations are purged for good after a week
 
@@ -138,6 +139,7 @@ class MainWindow(QMainWindow):
             if store is not None
             else StateStore(quota_bytes=self.app_settings.state_quota_bytes)
         )
+        self.reply_saver = ReplySaver(db)
         self._worker_thread = WorkerThread(self.store)
         self.worker: EngineWorker = self._worker_thread.worker
         self.model: dict[str, Any] | None = None
@@ -380,6 +382,11 @@ class MainWindow(QMainWindow):
         if any(t.generating for t in self._tabs.values()):
             if not self._flush_timer.isActive():
                 self._flush_timer.start()
+
+    def save_partial(self, message_id: int, text: str) -> None:
+        """Save a streaming reply's text so far (off the GUI thread)."""
+        if not self.read_only:
+            self.reply_saver.update(message_id, text)
 
     def fork_from(self, tab: ChatTab, message_id: int) -> None:
         try:
@@ -999,6 +1006,7 @@ class MainWindow(QMainWindow):
         self._flush_timer.stop()
         self._save_tabs_timer.stop()
         self.sidebar.stop_refreshing()
+        self.reply_saver.close(0.5)
         if not self._worker_thread.stop(500):
             log.warning("the engine thread did not stop in time")
         if self._settings_panel is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +50,8 @@ log = logging.getLogger(__name__)
 _BURST_S = 0.010
 # Streamed text is handed to the GUI at most this often per tab (seconds).
 _EMIT_INTERVAL_S = 0.012
+# How long a thread may hold the GIL while another waits for it (seconds).
+GIL_SWITCH_INTERVAL_S = 0.001
 # Sequence figures (context meter, residency) at most this often (seconds).
 _STATS_INTERVAL_S = 0.25
 
@@ -618,6 +621,10 @@ class WorkerThread:
     """The worker and its QThread, started and stopped together."""
 
     def __init__(self, store: StateStore | None) -> None:
+        # The worker's Python work between decodes holds the GIL; by default a thread
+        # waiting for it (the GUI) may wait 5 ms per switch, which adds up to dropped
+        # frames. 1 ms keeps the GUI's waits short at a negligible cost.
+        sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
         self.thread = QThread()
         self.thread.setObjectName("engine")
         self.worker = EngineWorker(store)

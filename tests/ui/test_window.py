@@ -100,7 +100,9 @@ def test_sidebar_search_rename_pin_delete_undo(qtbot: Any, make_window: Any) -> 
     index = sidebar.model.index(1, 0)
     assert sidebar.model.setData(index, "Mountain talk")
     assert window.db.get_conversation(tab.cid).title == "Mountain talk"
-    qtbot.waitUntil(lambda: "Mountain talk" in window.tab_widget.tabText(window.tab_widget.indexOf(tab)))
+    qtbot.waitUntil(
+        lambda: "Mountain talk" in window.tab_widget.tabText(window.tab_widget.indexOf(tab))
+    )
     # pin moves it first
     sidebar.pinRequested.emit(tab.cid, True)
     assert sidebar.model.rows[0].conversation_id == tab.cid and sidebar.model.rows[0].pinned
