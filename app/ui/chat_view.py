@@ -60,7 +60,7 @@ def is_dark(widget: QWidget | None = None) -> bool:
     return palette.color(QPalette.ColorRole.Window).lightness() < 128
 
 
-def figures_text(data: MessageData) -> str:
+def figures_text(data: MessageData, streaming: bool = False) -> str:
     parts: list[str] = []
     if data.token_count:
         parts.append(f"{data.token_count} tokens")
@@ -73,7 +73,7 @@ def figures_text(data: MessageData) -> str:
         parts.append(prompt)
     if data.status == "stopped":
         parts.append("stopped")
-    elif data.status == "partial":
+    elif data.status == "partial" and not streaming:
         parts.append("interrupted")
     elif data.status == "error":
         parts.append("error")
@@ -233,6 +233,8 @@ class MessageWidget(QFrame):
     def set_streaming(self, streaming: bool) -> None:
         self._streaming = streaming
         self.set_actions_enabled(not streaming)
+        self.figures.setText(figures_text(self.data, streaming))
+        self.figures.setVisible(bool(self.figures.text()))
 
     def set_actions_enabled(self, enabled: bool) -> None:
         for button in self.findChildren(QToolButton):
@@ -251,7 +253,7 @@ class MessageWidget(QFrame):
 
     def refresh(self) -> None:
         self._render()
-        self.figures.setText(figures_text(self.data))
+        self.figures.setText(figures_text(self.data, self._streaming))
         self.figures.setVisible(bool(self.figures.text()))
         self._update_siblings()
 

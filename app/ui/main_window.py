@@ -72,6 +72,7 @@ class WelcomePage(QWidget):
         self.text.setWordWrap(True)
         self.text.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.text.setMaximumWidth(560)
+        self.text.setMinimumWidth(460)
         row = QHBoxLayout()
         row.addStretch(1)
         self.models_button = QPushButton("Open the model manager")
@@ -876,6 +877,12 @@ class MainWindow(QMainWindow):
         self.speed_label.setText(
             f"{self.total_tok_s:.1f} tok/s · {busy} generating" if busy else "idle"
         )
+        if self.model is not None and "kv_bytes" in stats:
+            self.memory_label.setText(
+                f"Model {format_bytes(float(stats.get('model_bytes', 0)))} · "
+                f"KV cache {format_bytes(float(stats['kv_bytes']))} "
+                f"({int(stats.get('kv_tokens_held', 0)):,} tokens held)"
+            )
 
     @Slot()
     def _flush(self) -> None:

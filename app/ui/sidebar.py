@@ -192,7 +192,8 @@ class Sidebar(QWidget):
                     Row(
                         c.id,
                         c.title or "New chat",
-                        f"{_age(c.updated_at)} · {c.message_count} messages",
+                        f"{_age(c.updated_at)} · {c.message_count} "
+                        + ("message" if c.message_count == 1 else "messages"),
                         c.pinned,
                     )
                     for c in self.db.list_conversations()

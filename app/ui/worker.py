@@ -318,12 +318,16 @@ class EngineWorker(QObject):
             span = max(now - window[0][0], 0.25)
             tok_s = sum(n for _, n in window) / span
         busy = 0
+        memory: dict[str, int] = {}
         if engine is not None and engine.context is not None:
             busy = sum(1 for key in self._tabs if engine.is_busy(key))
+            memory_of = getattr(engine, "memory", None)  # newer engines report memory
+            if memory_of is not None:
+                memory = dict(memory_of())
             for tab in list(self._dirty_info) + ([] if not force else list(self._keys)):
                 self._emit_info(tab)
             self._dirty_info.clear()
-        self.stats.emit({"tok_s": tok_s if busy else 0.0, "busy": busy})
+        self.stats.emit({"tok_s": tok_s if busy else 0.0, "busy": busy, **memory})
 
     def _emit_info(self, tab: int, **extra: Any) -> None:
         engine = self._engine
