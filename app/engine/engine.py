@@ -73,6 +73,7 @@ class _Seq:
     n_keep: int = 0
     messages: list[Message] | None = None
     n_dropped: int = 0  # chat messages dropped from the front by context shifts
+    policy: str | None = None  # "shift" or "stop" when the context is full; None = the engine's
     last_used: int = 0
     t_gen_start: float = 0.0
 
@@ -108,6 +109,7 @@ class Engine:
         self._rotation = 0
         self._encoded_for: int | None = None  # whose encoder output the context holds
         self._side_events: list[Event] = []
+        self.last_restore_error: str | None = None  # why the last restore_state was refused
         self.context_full_policy = "shift"  # or "stop"
 
     # ---------------------------------------------------------------- lifecycle
@@ -245,6 +247,15 @@ class Engine:
         self._seqs[key] = seq
         return key
 
+    def set_policy(self, key: int, policy: str | None) -> None:
+        """What a full context does to this sequence: "shift" (drop old messages) or "stop"."""
+        if policy not in (None, "shift", "stop"):
+            raise EngineError(f"The context-full policy must be 'shift' or 'stop', not {policy!r}.")
+        self._seq(key).policy = policy
+
+    def _policy(self, seq: _Seq) -> str:
+        return seq.policy or self.context_full_policy
+
     def sequences(self) -> list[int]:
         return list(self._seqs)
 
@@ -381,7 +392,35 @@ class Engine:
             )
         seq.messages, seq.n_dropped = msgs, dropped
         seq.n_keep = self._system_tokens(head, tokens) if head else (1 if model.add_bos else 0)
-        return self._set_tokens(seq, tokens)
+        return self._set_tokens(seq, self._reuse_sampled_tokens(seq, text, tokens))
+
+    def _reuse_sampled_tokens(self, seq: _Seq, text: str, tokens: list[int]) -> list[int]:
+        """Keep the tokens the model sampled when the new prompt text continues them.
+
+        Re-tokenizing a reply does not always give back the tokens the model sampled (a
+        BPE can split the same text another way), and every token after the first
+        difference would be processed again. When the rendered text starts with exactly the
+        text the cache holds, only the new tail is tokenized.
+        """
+        model = self._need_model()
+        common = _common_prefix(seq.tokens, tokens)
+        if common == len(seq.tokens):
+            return tokens
+        # Compare what follows the common prefix as text: the cached tail (the sampled
+        # reply) must be exactly the start of the new tail.
+        try:
+            held = b"".join(model.piece(t, special=True) for t in seq.tokens[common:]).decode(
+                "utf-8"
+            )
+            new = b"".join(model.piece(t, special=True) for t in tokens[common:]).decode("utf-8")
+        except UnicodeDecodeError:
+            return tokens
+        if not held or not new.startswith(held):
+            return tokens
+        tail = model.tokenize(new[len(held) :], add_special=False, parse_special=True)
+        candidate = seq.tokens + tail
+        # A different split never costs more than a few tokens; anything else is suspicious.
+        return candidate if abs(len(candidate) - len(tokens)) <= 8 else tokens
 
     def _system_tokens(self, head: list[Message], tokens: list[int]) -> int:
         model = self._need_model()
@@ -414,7 +453,7 @@ class Engine:
         self._require_idle(seq)
         self._check_tokens(tokens)
         total = len(seq.tokens) + len(seq.pending) + len(tokens)
-        if total >= self.n_ctx_seq and self.context_full_policy == "stop":
+        if total >= self.n_ctx_seq and self._policy(seq) == "stop":
             raise ContextFullError(
                 f"The sequence would need {total:,} tokens; the context holds {self.n_ctx_seq:,}."
             )
@@ -808,7 +847,7 @@ class Engine:
         limit = self.n_ctx_seq
         if len(seq.tokens) + n_new <= limit:
             return True
-        if self.context_full_policy == "shift" and seq.generating:
+        if self._policy(seq) == "shift" and seq.generating:
             need = len(seq.tokens) + n_new - limit
             if self._shift(seq, need, events):
                 return True
@@ -1019,35 +1058,51 @@ class Engine:
         """Load a saved state into ``key``. False when refused (the caller re-processes text).
 
         Everything is checked before llama.cpp sees the blob: envelope, checksums, model
-        fingerprint, cache layout, size. When the blob is refused but its token list is
-        trustworthy (same model), the tokens are queued for re-processing instead.
+        fingerprint, cache layout, size, token ids. When the blob is refused but its token
+        list is trustworthy (same model), the tokens are queued for re-processing instead.
+        ``last_restore_error`` says why a restore was refused.
         """
         seq = self._seq(key)
         self._require_idle(seq)
+        self.last_restore_error = None
         try:
             state = SequenceState.from_bytes(data)
-        except StateError as exc:
+            same_model = state.model_fingerprint == self.model_fingerprint
+            if same_model:
+                self._check_tokens(state.tokens + state.pending)
+        except EngineError as exc:  # StateError, or token ids this vocabulary lacks
+            self.last_restore_error = str(exc)
             log.warning("refused a saved state: %s", exc)
             return False
-        same_model = state.model_fingerprint == self.model_fingerprint
-        self._check_tokens(state.tokens + state.pending) if same_model else None
         self.clear_sequence(key)
         seq.n_keep = state.n_keep
         seq.n_dropped = int(state.extra.get("n_dropped", 0))
+        fits = len(state.tokens) + len(state.pending) < self.n_ctx_seq
+        try:
+            state.check_compatible(self.model_fingerprint, self._layout())
+        except StateError as exc:
+            self.last_restore_error = str(exc)
+            if same_model and fits:
+                seq.pending = list(state.tokens + state.pending)
+            return False
         if not state.blob:
-            if same_model:
+            self.last_restore_error = "The saved state holds no cache data."
+            if fits:
                 seq.pending = list(state.tokens + state.pending)
             return False
         self._ensure_resident(seq, self._side_events, protect={key})
-        if seq.seq_id is None:
-            seq.parked = state  # restored when a slot frees up
+        if seq.seq_id is None:  # every slot is busy: restored when one frees up
+            seq.parked = state
             seq.tokens = list(state.tokens)
             seq.pending = list(state.pending)
-            return same_model and state.layout == self._layout()
+            return True
         if self._restore_into(seq, state):
             seq.pending = list(state.pending)
             return True
-        if same_model and len(state.tokens) + len(state.pending) < self.n_ctx_seq:
+        self.last_restore_error = (
+            "llama.cpp did not accept the saved cache (it does not fit this context)."
+        )
+        if fits:
             seq.pending = list(state.tokens + state.pending)
         return False
 

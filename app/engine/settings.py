@@ -43,9 +43,18 @@ ATTENTION = {"model": -1, "causal": 0, "non-causal": 1}
 
 
 def default_threads() -> int:
-    """Physical-ish core count: llama.cpp generation is memory bound, more threads do not help."""
+    """Threads for generation: all cores but one, for the window to stay responsive.
+
+    Generation is memory bound, so the last core adds little; llama.cpp's threads spin
+    while they wait, and a window sharing every core with them stutters.
+    """
     count = os.cpu_count() or 1
-    return max(1, min(8, count))
+    return max(1, min(8, count - 1))
+
+
+def default_batch_threads() -> int:
+    """Threads for prompt processing (compute bound): every core."""
+    return max(1, min(16, os.cpu_count() or 1))
 
 
 @dataclass
@@ -84,7 +93,7 @@ class ContextSettings:
     n_ubatch: int = 512
     n_seq_max: int = 4
     n_threads: int = field(default_factory=default_threads)
-    n_threads_batch: int = field(default_factory=default_threads)
+    n_threads_batch: int = field(default_factory=default_batch_threads)
     flash_attn: str = "auto"
     type_k: str = "f16"
     type_v: str = "f16"

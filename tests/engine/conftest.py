@@ -5,15 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import ContextSettings, Engine
-
-
-def small_settings(**overrides: object) -> ContextSettings:
-    values: dict[str, object] = dict(
-        n_ctx=1024, n_batch=64, n_ubatch=64, n_seq_max=4, n_threads=2, n_threads_batch=2
-    )
-    values.update(overrides)
-    return ContextSettings(**values)  # type: ignore[arg-type]
+from app.engine import Engine
+from tests.support.settings import small_settings
 
 
 @pytest.fixture

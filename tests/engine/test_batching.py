@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from conftest import small_settings
 
 from app.engine import Engine, PromptProgress, SamplingParams
+from tests.support.settings import small_settings
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
 PROMPTS = [

@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import small_settings
 
 from app.engine import ContextFullError, ContextShifted, Engine, SamplingParams
+from tests.support.settings import small_settings
 
 
 def test_shift_keeps_system_prompt_and_goes_on(tiny_model: Path) -> None:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import small_settings
 
 from app.engine import ContextError, Engine, SamplingParams, TokenText
+from tests.support.settings import small_settings
 
 
 def test_max_tokens_and_streamed_text_add_up(engine: Engine) -> None:
@@ -121,3 +121,36 @@ def test_embeddings_are_pooled_per_text(tiny_model: Path) -> None:
         assert np.allclose(a, a2, atol=1e-5)
         assert not np.allclose(a, b)
         assert np.linalg.norm(a) == pytest.approx(1.0, rel=1e-4)
+
+
+def test_next_turn_keeps_the_sampled_tokens_of_the_reply(engine: Engine) -> None:
+    """The reply is not re-tokenized: the cache keeps what the model sampled."""
+    key = engine.open_sequence()
+    messages = [{"role": "user", "content": "hello world"}]
+    # A grammar makes the reply readable text whatever the random model prefers.
+    grammar = 'root ::= "yes" " " ("one" | "two") " three"'
+    first = engine.chat(
+        messages, SamplingParams(temperature=0.9, seed=3, max_tokens=30, grammar=grammar), key=key
+    )
+    assert first.finish_reason in ("eog", "length", "stop")
+    held = engine.tokens(key) + engine.pending_tokens(key)
+    messages += [
+        {"role": "assistant", "content": first.text},
+        {"role": "user", "content": "one two"},
+    ]
+    processed = engine.set_chat(key, messages)
+    new = engine.tokens(key) + engine.pending_tokens(key)
+    assert new[: len(engine.tokens(key))] == held[: len(engine.tokens(key))]
+    assert len(engine.tokens(key)) >= len(held) - 1  # the whole reply was reused
+    assert processed < 40
+
+
+def test_per_sequence_context_policy(tiny_model: Path) -> None:
+    with Engine.open(tiny_model, small_settings(n_ctx=256)) as engine:
+        key = engine.open_sequence()
+        engine.set_policy(key, "stop")
+        engine.set_tokens(key, [1] + [300] * 200)
+        completion = engine.complete(key, SamplingParams(temperature=0.0, max_tokens=500))
+        assert completion.finish_reason in ("context_full", "eog")
+        with pytest.raises(Exception, match="shift"):
+            engine.set_policy(key, "explode")

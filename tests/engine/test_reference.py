@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import small_settings
 
 from app.engine import Engine, SamplingParams
 from tests.support.gguf_models import TinySpec, write_tiny_model
 from tests.support.llama_reference import ReferenceUnavailable, run_llama_simple
+from tests.support.settings import small_settings
 
 PROMPTS = [
     "hello world the model",

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import small_settings
 
 from app.engine import Engine, SamplingParams, SequenceState
+from tests.support.settings import small_settings
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16)
 PROMPT = "hello world the model is a llama . what is my name ? one two three"
@@ -200,3 +200,16 @@ def test_whole_context_save_restore(engine: Engine) -> None:
     assert len(keys) == 2
     restored = next(k for k in keys if len(engine.tokens(k)) > 5)
     _close(engine.next_logits(restored), logits_a)
+
+
+def test_refusal_reason_is_kept(engine: Engine, tiny_model_twin: Path) -> None:
+    data = _saved(engine)
+    key = engine.open_sequence()
+    assert engine.restore_state(key, data[:-5]) is False
+    assert engine.last_restore_error and "truncated" in engine.last_restore_error
+    assert engine.restore_state(key, data) is True
+    assert engine.last_restore_error is None
+    with Engine.open(tiny_model_twin, small_settings()) as twin:
+        k = twin.open_sequence()
+        assert twin.restore_state(k, data) is False
+        assert twin.last_restore_error and "another model" in twin.last_restore_error
