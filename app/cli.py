@@ -53,7 +53,17 @@ def _configure_logging(verbose: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv_list = list(sys.argv[1:] if argv is None else argv)
+    args, unknown = parser.parse_known_args(argv_list)
+    sub_parser = getattr(args, "_intermixed_parser", None)
+    if sub_parser is not None:
+        # MODEL and PROMPT are both optional positionals; with options between them only
+        # intermixed parsing works, and argparse cannot do that through subparsers.
+        index = argv_list.index(args.command)
+        for key, value in vars(sub_parser.parse_intermixed_args(argv_list[index + 1 :])).items():
+            setattr(args, key, value)
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     _configure_logging(args.verbose)
     func = getattr(args, "func", None)
     if func is None:

@@ -81,6 +81,9 @@ def register(sub: Any) -> None:
         "--json", action="store_true", help="print one JSON object with results and timings"
     )
     p.set_defaults(func=cmd_run)
+    # Options may come between MODEL and PROMPT (`run m.gguf --raw "hi"`): app.cli parses
+    # this subcommand again with parse_intermixed_args.
+    p.set_defaults(_intermixed_parser=p)
 
     p = sub.add_parser(
         "bench",
