@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -32,6 +33,10 @@ if TYPE_CHECKING:
     from app.ui.worker import EngineWorker
 
 _SAVE_INTERVAL_S = 0.4
+# The tab's "When full" choice, kept with the conversation's settings (the engine's
+# SamplingParams ignores keys it does not know).
+POLICY_KEY = "context_full_policy"
+_RESTORE_REASON_CHARS = 90
 
 
 class TabHost(Protocol):
@@ -55,8 +60,6 @@ class TabHost(Protocol):
     def save_partial(self, message_id: int, text: str) -> None: ...
 
     def context_policy(self) -> str: ...
-
-    def set_context_policy(self, policy: str) -> None: ...
 
 
 def message_data(db: Database, m: Message, with_siblings: bool = True) -> MessageData:
@@ -125,6 +128,7 @@ class ChatTab(QWidget):
         self._gen_tokens = 0
         self._gen_started = 0.0
         self.info: dict[str, Any] = {}
+        self._turns_since_open = 0
         self.last_completion: dict[str, Any] | None = None
 
         layout = QVBoxLayout(self)
@@ -147,13 +151,15 @@ class ChatTab(QWidget):
         self.meter_label.setObjectName("context-label")
         self.state_label = QLabel("idle")
         self.state_label.setObjectName("state-label")
+        # a long state (a restore refusal's reason) is cut, never widens the window
+        self.state_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.policy = QComboBox()
         self.policy.setObjectName("context-policy")
         self.policy.addItem("When full: drop oldest messages", "shift")
         self.policy.addItem("When full: stop", "stop")
         self.policy.setToolTip(
             "What happens when the conversation fills the context: drop the oldest messages "
-            "(keeping the system prompt) and go on, or stop the reply. Applies to every tab."
+            "(keeping the system prompt) and go on, or stop the reply. Applies to this tab only."
         )
         self.policy.activated.connect(self._on_policy)
         self.settings_button = QToolButton()
@@ -202,7 +208,7 @@ class ChatTab(QWidget):
         row.addWidget(self.stop_button, 0, Qt.AlignmentFlag.AlignBottom)
         layout.addLayout(row)
 
-        self.sync_policy()
+        self._init_policy()
         self.load_thread(leaf_id)
         self._update_status()
 
@@ -339,14 +345,28 @@ class ChatTab(QWidget):
         else:
             self.stop()
 
-    @Slot(int)
-    def _on_policy(self, index: int) -> None:
-        self.host.set_context_policy(str(self.policy.itemData(index)))
+    def tab_policy(self) -> str | None:
+        """This tab's own context-full policy (None: it follows the default)."""
+        policy = self.conversation.sampling.get(POLICY_KEY)
+        return policy if policy in ("shift", "stop") else None
 
-    def sync_policy(self) -> None:
-        index = self.policy.findData(self.host.context_policy())
+    def effective_policy(self) -> str:
+        return self.tab_policy() or self.host.context_policy()
+
+    def _init_policy(self) -> None:
+        index = self.policy.findData(self.effective_policy())
         if index >= 0:
             self.policy.setCurrentIndex(index)
+        self.host.worker.set_policy(self.cid, self.tab_policy())
+
+    @Slot(int)
+    def _on_policy(self, index: int) -> None:
+        policy = str(self.policy.itemData(index))
+        if policy == self.tab_policy():
+            return
+        self.settings.set_extra(POLICY_KEY, policy)
+        self.save_settings()
+        self.host.worker.set_policy(self.cid, policy)
 
     @Slot(str, int)
     def _on_action(self, name: str, message_id: int) -> None:
@@ -413,6 +433,9 @@ class ChatTab(QWidget):
     # slots called by the window for this tab's worker signals
 
     def on_started(self, n_to_process: int) -> None:
+        if self._turns_since_open >= 1:  # what happened at restore is old news now
+            self.info.pop("restored", None)
+            self.info.pop("restore_error", None)
         self._state = "prompt"
         self._prompt = (0, n_to_process)
         self._update_status()
@@ -446,6 +469,8 @@ class ChatTab(QWidget):
         )
 
     def on_info(self, info: dict[str, Any]) -> None:
+        if "restored" in info:
+            self._turns_since_open = 0
         self.info = {**self.info, **info}
         if "saved" in info and not info.get("resident", True):
             self.info["on_disk"] = bool(info["saved"])
@@ -455,6 +480,7 @@ class ChatTab(QWidget):
 
     def on_finished(self, completion: dict[str, Any]) -> None:
         self.last_completion = completion
+        self._turns_since_open += 1
         if self.reply_id is None:
             return
         reason = completion.get("finish_reason", "")
@@ -554,6 +580,12 @@ class ChatTab(QWidget):
             return "idle · saved to disk"
         if self.info.get("restored"):
             return "idle · cache restored from disk"
+        reason = self.info.get("restore_error")
+        if reason:
+            reason = str(reason).strip()
+            if len(reason) > _RESTORE_REASON_CHARS:
+                reason = reason[: _RESTORE_REASON_CHARS - 1].rstrip() + "…"
+            return f"idle · cache re-processed: {reason}"
         return "idle"
 
     def _update_status(self) -> None:
@@ -567,4 +599,12 @@ class ChatTab(QWidget):
             self.meter.setRange(0, 1)
             self.meter.setValue(0)
             self.meter_label.setText("no model")
-        self.state_label.setText(self.state_text())
+        text = self.state_text()
+        self.state_label.setText(text)
+        reason = self.info.get("restore_error")
+        self.state_label.setToolTip(
+            "The saved cache of this conversation could not be used, so its text is read "
+            f"again (information, nothing is lost): {reason}"
+            if reason and "re-processed" in text
+            else ""
+        )

@@ -145,6 +145,12 @@ class ConversationSettings(QWidget):
             self.blockSignals(False)
         self._extra = {k: v for k, v in sampling.items() if k not in self.spins}
 
+    def set_extra(self, key: str, value: Any) -> None:
+        """A conversation setting without an editor here (kept with the sampling dict)."""
+        extra = dict(getattr(self, "_extra", {}))
+        extra[key] = value
+        self._extra = extra
+
     def values(self) -> tuple[str, dict[str, Any]]:
         sampling: dict[str, Any] = dict(getattr(self, "_extra", {}))
         for name, spin in self.spins.items():

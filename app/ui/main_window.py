@@ -360,16 +360,8 @@ class MainWindow(QMainWindow):
         self.message_bar.show_message(text, error, timeout_ms=0 if error else 8000)
 
     def context_policy(self) -> str:
+        """What a full context does in tabs that have not chosen (the engine's default)."""
         return self.app_settings.context_full_policy
-
-    def set_context_policy(self, policy: str) -> None:
-        if policy not in ("shift", "stop"):
-            return
-        self.app_settings.context_full_policy = policy  # type: ignore[assignment]
-        self.worker.set_policy(policy)
-        self._save_settings()
-        for tab in self._tabs.values():
-            tab.sync_policy()
 
     def conversation_changed(self, conversation_id: int) -> None:
         if not self._shut_down:
@@ -878,10 +870,16 @@ class MainWindow(QMainWindow):
             f"{self.total_tok_s:.1f} tok/s · {busy} generating" if busy else "idle"
         )
         if self.model is not None and "kv_bytes" in stats:
+            held = int(stats.get("kv_tokens_held", 0))
+            n_ctx = int(stats.get("n_ctx", 0))
+            cells = f"{held:,} / {n_ctx:,} tokens held" if n_ctx else f"{held:,} tokens held"
             self.memory_label.setText(
                 f"Model {format_bytes(float(stats.get('model_bytes', 0)))} · "
-                f"KV cache {format_bytes(float(stats['kv_bytes']))} "
-                f"({int(stats.get('kv_tokens_held', 0)):,} tokens held)"
+                f"KV cache {format_bytes(float(stats['kv_bytes']))} ({cells})"
+            )
+            self.memory_label.setToolTip(
+                "Memory used by the model's weights and by the context's KV cache, and how "
+                "many of the context's token cells the open tabs' caches fill."
             )
 
     @Slot()

@@ -125,6 +125,8 @@ class EngineWorker(QObject):
         self._last_stats = 0.0
         self._gen_window: list[tuple[float, int]] = []  # (time, tokens) for total tok/s
         self._dirty_info: set[int] = set()
+        self._policies: dict[int, str | None] = {}  # tab id -> its context-full policy
+        self._default_policy = "shift"
         self._wake.connect(self._pump, Qt.ConnectionType.QueuedConnection)
 
     # ================================================================ GUI-thread API
@@ -191,8 +193,13 @@ class EngineWorker(QObject):
     def reconfigure(self, settings: dict[str, Any]) -> None:
         self._post("reconfigure", dict(settings))
 
-    def set_policy(self, policy: str) -> None:
-        self._post("set_policy", policy)
+    def set_default_policy(self, policy: str) -> None:
+        """What a full context does in tabs without a choice of their own."""
+        self._post("set_default_policy", policy)
+
+    def set_policy(self, tab_id: int, policy: str | None) -> None:
+        """This tab's context-full policy ("shift" or "stop"; None: the default)."""
+        self._post("set_policy", tab_id, policy)
 
     def save_all(self) -> None:
         """Write the state file of every tab (keeps them open)."""
@@ -321,9 +328,7 @@ class EngineWorker(QObject):
         memory: dict[str, int] = {}
         if engine is not None and engine.context is not None:
             busy = sum(1 for key in self._tabs if engine.is_busy(key))
-            memory_of = getattr(engine, "memory", None)  # newer engines report memory
-            if memory_of is not None:
-                memory = dict(memory_of())
+            memory = dict(engine.memory())
             for tab in list(self._dirty_info) + ([] if not force else list(self._keys)):
                 self._emit_info(tab)
             self._dirty_info.clear()
@@ -416,7 +421,9 @@ class EngineWorker(QObject):
             log.exception("loading %s failed", path)
             self.loadFailed.emit(path, f"Could not load {path}: {exc}")
             return
-        engine.context_full_policy = policy if policy in ("shift", "stop") else "shift"
+        if policy in ("shift", "stop"):
+            self._default_policy = policy
+        engine.context_full_policy = self._default_policy
         self._engine = engine
         self.modelLoaded.emit(self._model_dict(engine))
         for tab in tabs:
@@ -459,23 +466,29 @@ class EngineWorker(QObject):
         key = engine.open_sequence()
         self._keys[tab] = key
         self._tabs[key] = tab
+        self._apply_policy(tab)
         restored = False
+        refusal: str | None = None
         if self._store is not None:
             data = self._store.get(tab, engine.model_fingerprint)
             if data is not None:
                 try:
                     restored = engine.restore_state(key, data)
+                    refusal = None if restored else engine.last_restore_error
                 except LlamaDeskError as exc:
                     log.info("state of tab %d refused: %s", tab, exc)
-                    restored = False
+                    restored, refusal = False, str(exc)
                 if not restored:
                     # Refused (other settings, damaged...): the text is re-processed later.
+                    log.info("state of tab %d not restored: %s", tab, refusal)
                     engine.clear_sequence(key)
-        self._emit_info(tab, restored=restored)
+                    refusal = refusal or "the saved cache could not be used."
+        self._emit_info(tab, restored=restored, restore_error=refusal)
 
     def _do_close_tab(self, tab: int, save: bool) -> None:
         engine = self._engine
         key = self._keys.pop(tab, None)
+        self._policies.pop(tab, None)
         if key is None or engine is None:
             return
         self._tabs.pop(key, None)
@@ -558,6 +571,7 @@ class EngineWorker(QObject):
             return
         self._keys[dst] = key
         self._tabs[key] = dst
+        self._apply_policy(dst)
         self._emit_info(dst, forked=True)
 
     def _do_reconfigure(self, settings: dict[str, Any]) -> None:
@@ -579,9 +593,23 @@ class EngineWorker(QObject):
         for tab in self._keys:
             self._emit_info(tab)
 
-    def _do_set_policy(self, policy: str) -> None:
-        if self._engine is not None and policy in ("shift", "stop"):
-            self._engine.context_full_policy = policy
+    def _do_set_default_policy(self, policy: str) -> None:
+        if policy in ("shift", "stop"):
+            self._default_policy = policy
+            if self._engine is not None:
+                self._engine.context_full_policy = policy
+
+    def _do_set_policy(self, tab: int, policy: str | None) -> None:
+        if policy not in ("shift", "stop"):
+            policy = None
+        self._policies[tab] = policy
+        self._apply_policy(tab)
+
+    def _apply_policy(self, tab: int) -> None:
+        engine = self._engine
+        key = self._keys.get(tab)
+        if engine is not None and key is not None:
+            engine.set_policy(key, self._policies.get(tab))
 
     def _do_save_all(self) -> None:
         self._save_states()

@@ -38,6 +38,8 @@ TEST_CONTEXT: dict[str, Any] = {
 # A grammar the tiny model cannot end (no end-of-turn allowed): replies run until stopped
 # or max_tokens, and the text is readable.
 ENDLESS_GRAMMAR = 'root ::= ("hello" | " world" | " tab" | " llama") root'
+# Readable replies that may end: their text renders back to the tokens the model sampled.
+WORDS_GRAMMAR = 'root ::= ("hello" | " world" | " tab" | " llama")+'
 
 
 @pytest.fixture(autouse=True)
