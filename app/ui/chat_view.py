@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, Qt, QUrl, Signal, Slot
-from PySide6.QtGui import QDesktopServices, QGuiApplication, QPalette
+from PySide6.QtGui import QColor, QDesktopServices, QGuiApplication, QPalette
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui import markdown
+from app.ui.theme import DARK_COLORS, LIGHT_COLORS, is_dark
 
 CHUNK_CHARS = 700  # a streamed message's last label holds at most about this much text
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -46,18 +47,6 @@ class MessageData:
     sibling_count: int = 1
     error: str | None = None
     cached_tokens: int | None = None
-
-
-def is_dark(widget: QWidget | None = None) -> bool:
-    """Dark mode: the system colour scheme, or the palette when the platform does not say."""
-    hints = QGuiApplication.styleHints()
-    scheme = hints.colorScheme() if hints is not None else Qt.ColorScheme.Unknown
-    if scheme == Qt.ColorScheme.Dark:
-        return True
-    if scheme == Qt.ColorScheme.Light:
-        return False
-    palette = widget.palette() if widget is not None else QGuiApplication.palette()
-    return palette.color(QPalette.ColorRole.Window).lightness() < 128
 
 
 def figures_text(data: MessageData, streaming: bool = False) -> str:
@@ -214,9 +203,10 @@ class MessageWidget(QFrame):
         button.clicked.connect(lambda: self.action.emit(name, self.data.id))
         return button
 
-    def _apply_background(self) -> None:
+    def _apply_background(self, base: QColor | None = None) -> None:
         palette = self.palette()
-        base = palette.color(QPalette.ColorRole.Base)
+        if base is None:
+            base = palette.color(QPalette.ColorRole.Base)
         if self.data.role == "user":
             color = base.darker(106) if not self._dark else base.lighter(140)
         else:
@@ -224,11 +214,11 @@ class MessageWidget(QFrame):
         palette.setColor(QPalette.ColorRole.Window, color)
         self.setPalette(palette)
 
-    def set_dark(self, dark: bool) -> None:
-        if dark != self._dark:
-            self._dark = dark
-            self._apply_background()
-            self.refresh()
+    def set_dark(self, dark: bool, base: QColor | None = None) -> None:
+        """Redo the colours for a new theme (``base``: the new palette's base colour)."""
+        self._dark = dark
+        self._apply_background(base)
+        self.refresh()
 
     def set_streaming(self, streaming: bool) -> None:
         self._streaming = streaming
@@ -324,7 +314,8 @@ class MessageWidget(QFrame):
         else:
             html, blocks = "", []
         if data.error:
-            html += f'<p style="color:#d33;">{markdown.render_plain(data.error)}</p>'
+            color = (DARK_COLORS if self._dark else LIGHT_COLORS).error
+            html += f'<p style="color:{color};">{markdown.render_plain(data.error)}</p>'
         self._chunk_blocks[id(self.content)] = blocks
         self.content.setVisible(bool(html))
         self.content.setText(html)
@@ -383,6 +374,7 @@ class ChatView(QScrollArea):
         self.setWidget(self._body)
         self._widgets: list[MessageWidget] = []
         self._dark = is_dark(self)
+        self._base = self.palette().color(QPalette.ColorRole.Base)
         self.follow = True
         self._placeholder = QLabel()
         self._placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -463,9 +455,11 @@ class ChatView(QScrollArea):
 
     def changeEvent(self, event: QEvent) -> None:
         if event.type() == QEvent.Type.PaletteChange:
+            # The children get the new palette after this event: give them its colours.
             dark = is_dark(self)
-            if dark != self._dark:
-                self._dark = dark
+            base = self.palette().color(QPalette.ColorRole.Base)
+            if dark != self._dark or base != self._base:
+                self._dark, self._base = dark, base
                 for w in self._widgets:
-                    w.set_dark(dark)
+                    w.set_dark(dark, base)
         super().changeEvent(event)

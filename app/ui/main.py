@@ -9,20 +9,47 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import traceback
 from types import TracebackType
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, QTimer
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QMessageBox
 
+from app import paths
 from app.errors import LlamaDeskError
 from app.storage import AppSettings, Database, DatabaseOpenError, load_settings, move_aside
 from app.ui.main_window import MainWindow
+from app.ui.theme import apply_theme
 
 log = logging.getLogger(__name__)
 
 _window: MainWindow | None = None
+
+ICON_SIZES = (16, 24, 32, 48, 64, 128, 256, 512)
+# LLAMADESK_EXIT_AFTER_SHOW=1 (the packaged-app test): close this long after the window
+# was shown and the event loop ran, saving as usual, and exit with code 0.
+EXIT_AFTER_SHOW_ENV = "LLAMADESK_EXIT_AFTER_SHOW"
+EXIT_AFTER_SHOW_MS = 300
+
+
+def app_icon() -> QIcon:
+    """The window icon, from ``resources/icons/llamadesk-<size>.png`` (each size there)."""
+    icon = QIcon()
+    folder = paths.resources_dir() / "icons"
+    for size in ICON_SIZES:
+        path = folder / f"llamadesk-{size}.png"
+        if path.is_file():
+            icon.addFile(str(path), QSize(size, size))
+        else:
+            log.warning("icon missing: %s", path)
+    return icon
+
+
+def exit_after_show() -> bool:
+    return os.environ.get(EXIT_AFTER_SHOW_ENV, "") == "1"
 
 
 def install_excepthook() -> None:
@@ -86,14 +113,12 @@ def run(argv: list[str] | None = None) -> int:
     assert isinstance(app, QApplication)
     app.setApplicationName("LlamaDesk")
     app.setOrganizationName("LlamaDesk")
+    app.setDesktopFileName("llamadesk")  # matches the .desktop entry (Wayland, taskbars)
+    app.setWindowIcon(app_icon())
     app.setQuitOnLastWindowClosed(False)  # the window closes after saving; we quit then
     install_excepthook()
     settings = load_settings(AppSettings)
-    if settings.theme in ("light", "dark"):
-        hints = app.styleHints()
-        hints.setColorScheme(
-            Qt.ColorScheme.Dark if settings.theme == "dark" else Qt.ColorScheme.Light
-        )
+    apply_theme(settings.theme, app)
     opened = open_database()
     if opened is None:
         return 1
@@ -111,6 +136,8 @@ def run(argv: list[str] | None = None) -> int:
         window.shutDown.connect(done.set)
         window.show()
         window.start()
+        if exit_after_show():
+            QTimer.singleShot(EXIT_AFTER_SHOW_MS, window.close)
         await done.wait()
         return 0
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal, Slot
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
@@ -34,6 +34,7 @@ from app.ui.chat_tab import ChatTab, engine_messages
 from app.ui.message_bar import MessageBar
 from app.ui.reply_saver import ReplySaver
 from app.ui.sidebar import Sidebar
+from app.ui.theme import THEME_LABELS, THEMES, apply_theme, current_theme
 from app.ui.worker import EngineWorker, WorkerThread
 
 if TYPE_CHECKING:
@@ -156,6 +157,8 @@ class MainWindow(QMainWindow):
 
         self.setWindowTitle("LlamaDesk")
         self.resize(1100, 720)
+        if self.app_settings.theme != current_theme():
+            apply_theme(self.app_settings.theme)
         self._build()
         self._connect_worker()
         self._flush_timer = QTimer(self)
@@ -284,6 +287,25 @@ class MainWindow(QMainWindow):
         toggle.setCheckable(True)
         toggle.setChecked(True)
         view.addAction(toggle)
+        themes = view.addMenu("&Theme")
+        themes.setObjectName("theme-menu")
+        group = QActionGroup(self)
+        group.setExclusive(True)
+        self.theme_actions: dict[str, QAction] = {}
+        for name in THEMES:
+            action = QAction(f"{THEME_LABELS[name]}", self)
+            action.setObjectName(f"theme-{name}")
+            action.setCheckable(True)
+            action.setChecked(name == self.app_settings.theme)
+            action.setToolTip(
+                "Follow the system's light or dark setting"
+                if name == "system"
+                else f"Always use the {name} theme"
+            )
+            action.triggered.connect(lambda _checked=False, n=name: self.set_theme(n))
+            group.addAction(action)
+            themes.addAction(action)
+            self.theme_actions[name] = action
 
     def _connect_worker(self) -> None:
         w = self.worker
@@ -606,6 +628,19 @@ class MainWindow(QMainWindow):
             return
         self.sidebar.refresh()
         self.open_conversation(conversation_id)
+
+    def set_theme(self, theme: str) -> None:
+        """System, light or dark: applied at once and remembered."""
+        if theme not in THEMES:
+            return
+        action = self.theme_actions.get(theme)
+        if action is not None and not action.isChecked():
+            action.setChecked(True)
+        if theme == self.app_settings.theme and theme == current_theme():
+            return
+        self.app_settings.theme = theme  # type: ignore[assignment]
+        apply_theme(theme)
+        self._save_settings()
 
     @Slot()
     def _toggle_sidebar(self) -> None:
@@ -989,6 +1024,7 @@ class MainWindow(QMainWindow):
             return
         self._closing = True
         self._flush_timer.stop()
+        self.worker.cancel_load()  # a model still loading is given up, not waited for
         self.worker.stop(None)
         for tab in self.tabs():
             tab.save_settings()

@@ -21,6 +21,8 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name, guess_lexer
 from pygments.util import ClassNotFound
 
+from app.ui.theme import DARK_CODE_BG, LIGHT_CODE_BG
+
 COPY_CODE_PREFIX = "llamadesk:copy-code/"
 _SAFE_SCHEMES = ("http://", "https://", "mailto:")
 _MAX_HIGHLIGHT = 60_000  # characters: longer blocks are shown without colours
@@ -38,7 +40,7 @@ class Theme:
 
     @property
     def code_bg(self) -> str:
-        return "#1e1f22" if self.dark else "#f3f4f6"
+        return DARK_CODE_BG if self.dark else LIGHT_CODE_BG
 
     @property
     def code_border(self) -> str:

@@ -21,8 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QModelIndex, QObject, QRunnable, Qt, QThreadPool, Signal, Slot
-from PySide6.QtGui import QFont
+from PySide6.QtCore import (
+    QEvent,
+    QModelIndex,
+    QObject,
+    QRunnable,
+    Qt,
+    QThreadPool,
+    Signal,
+    Slot,
+)
+from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
@@ -43,6 +52,7 @@ from PySide6.QtWidgets import (
 from app.engine.metadata import ModelInfo, read_model_info
 from app.storage import Database, ModelEntry, ScanResult, StorageError
 from app.ui.settings_panel import format_bytes
+from app.ui.theme import colors
 
 __all__ = ["COLUMNS", "ModelManager", "read_metadata"]
 
@@ -61,6 +71,7 @@ COLUMNS = (
 )
 _COL_NAME, _COL_STATUS = 0, len(COLUMNS) - 1
 _PATH_ROLE = Qt.ItemDataRole.UserRole
+_BROKEN_ROLE = Qt.ItemDataRole.UserRole + 1
 
 _EMPTY_TEXT = """
 <h3>No models yet</h3>
@@ -234,7 +245,7 @@ class ModelManager(QWidget):
         self._message_label = QLabel()
         self._message_label.setObjectName("messageLabel")
         self._message_label.setWordWrap(True)
-        self._message_label.setStyleSheet("color: #b00020;")
+        self._message_label.setStyleSheet(f"color: {colors(self).error};")
         self._message_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self._message_label.hide()
         outer.addWidget(self._message_label)
@@ -490,6 +501,16 @@ class ModelManager(QWidget):
             table.setUpdatesEnabled(True)
         self._refresh_status_column()
 
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange and hasattr(self, "_table"):
+            error = colors(self).error
+            self._message_label.setStyleSheet(f"color: {error};")
+            for row in range(self._table.rowCount()):
+                item = self._table.item(row, 1)
+                if item is not None and item.data(_BROKEN_ROLE):
+                    item.setForeground(QColor(error))
+
     def _fill_row(self, row: int, entry: ModelEntry) -> None:
         meta = entry.metadata if entry.error is None and entry.metadata is not None else None
         name_item = QTableWidgetItem()
@@ -501,7 +522,8 @@ class ModelManager(QWidget):
             tip += f"\n\n{error}"
             cells = [name_item, QTableWidgetItem(f"Cannot be used: {error}")]
             cells[1].setToolTip(error)
-            cells[1].setForeground(Qt.GlobalColor.darkRed)
+            cells[1].setForeground(QColor(colors(self).error))
+            cells[1].setData(_BROKEN_ROLE, True)
             for col, item in enumerate(cells):
                 self._table.setItem(row, col, item)
             for col in range(2, _COL_STATUS):

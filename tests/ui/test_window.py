@@ -13,6 +13,14 @@ from app import paths
 from app.ui import markdown
 from tests.ui.conftest import send, wait_idle
 
+CODE_REPLY = "Some code:\n\n```python\nprint('hi')\n```\n"
+
+
+def markdown_message(mid: int, role: str, text: str) -> Any:
+    from app.ui.chat_view import MessageData
+
+    return MessageData(mid, role, text, token_count=5, tokens_per_second=9.5)
+
 
 def test_first_start_without_a_model_explains_what_to_do(qtbot: Any, make_window: Any) -> None:
     window, _ = make_window(model=None)
@@ -183,3 +191,74 @@ def test_streamed_html_is_shown_as_text_and_code_can_be_copied(
     reply.content.linkActivated.emit(markdown.COPY_CODE_PREFIX + "0")
     clipboard = QGuiApplication.clipboard()
     assert clipboard is not None and clipboard.text() == "code here"
+
+
+def test_theme_menu_switches_at_once_and_is_remembered(qtbot: Any, make_window: Any) -> None:
+    from PySide6.QtGui import QPalette
+    from PySide6.QtWidgets import QApplication
+
+    from app.storage import AppSettings, load_settings
+    from app.ui import theme
+
+    window, _ = make_window()
+    tab = window.new_tab()
+    tab.view.set_messages(
+        [markdown_message(1, "user", "hi"), markdown_message(2, "assistant", CODE_REPLY)]
+    )
+    reply = tab.view.last()
+    try:
+        assert window.theme_actions["system"].isChecked()
+        window.theme_actions["dark"].trigger()
+        qtbot.waitUntil(lambda: reply.data.content and theme.DARK_CODE_BG in reply.content.text())
+        app = QApplication.instance()
+        assert isinstance(app, QApplication)
+        assert app.palette().color(QPalette.ColorRole.Window).lightness() < 100
+        assert theme.is_dark() and window.theme_actions["dark"].isChecked()
+        assert load_settings(AppSettings).theme == "dark"
+        # figures and text stay readable: light text on the dark message background
+        bg = reply.palette().color(QPalette.ColorRole.Window)
+        fg = reply.figures.palette().color(
+            QPalette.ColorGroup.Disabled, QPalette.ColorRole.WindowText
+        )
+        assert bg.lightness() < 80 and fg.lightness() - bg.lightness() > 60
+        window.theme_actions["light"].trigger()
+        qtbot.waitUntil(lambda: theme.LIGHT_CODE_BG in reply.content.text())
+        assert app.palette().color(QPalette.ColorRole.Window).lightness() > 200
+        assert reply.palette().color(QPalette.ColorRole.Window).lightness() > 200
+        assert load_settings(AppSettings).theme == "light"
+    finally:
+        window.set_theme("system")
+    assert theme.current_theme() == "system" and load_settings(AppSettings).theme == "system"
+
+
+def test_window_icon_files() -> None:
+    from app.ui.main import ICON_SIZES, app_icon
+
+    for size in ICON_SIZES:
+        assert (paths.resources_dir() / "icons" / f"llamadesk-{size}.png").is_file()
+    icon = app_icon()
+    assert not icon.isNull()
+    assert {s.width() for s in icon.availableSizes()} >= set(ICON_SIZES)
+
+
+def test_exit_after_show(tmp_path: Path) -> None:
+    """LLAMADESK_EXIT_AFTER_SHOW=1 (the packaged-app test): shown, closed, saved, code 0."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "LLAMADESK_HOME": str(tmp_path / "home"),
+        "LLAMADESK_EXIT_AFTER_SHOW": "1",
+        "QT_QPA_PLATFORM": "offscreen",
+    }
+    code = "import sys; from app.ui.main import run; sys.exit(run(['llamadesk']))"
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, timeout=60, capture_output=True
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    saved = json.loads((tmp_path / "home" / "settings.json").read_text())
+    assert saved["window_geometry"]  # closed the normal way: the window was saved

@@ -1,0 +1,136 @@
+"""Light and dark: follow the system, or force one with a Fusion palette.
+
+:func:`apply_theme` is called at start and from the View menu (``AppSettings.theme``).
+Widgets that draw their own colours (the chat's HTML, code highlighting, coloured labels)
+ask :func:`is_dark` and :func:`colors` and redo them on ``QEvent.PaletteChange``, which
+every widget receives when the theme changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QGuiApplication, QPalette
+from PySide6.QtWidgets import QApplication, QStyleFactory, QWidget
+
+THEMES = ("system", "light", "dark")
+THEME_LABELS = {"system": "System", "light": "Light", "dark": "Dark"}
+
+_current = "system"
+_system_style: str | None = None  # the style the platform chose, restored for "system"
+
+
+@dataclass(frozen=True)
+class Colors:
+    """Text colours that read well on the theme's window and base colours."""
+
+    error: str
+    ok: str
+    warn: str
+
+
+LIGHT_COLORS = Colors(error="#b00020", ok="#2e7d32", warn="#8a6d00")
+DARK_COLORS = Colors(error="#ff6b6b", ok="#7bd389", warn="#e0b84a")
+
+
+# the code blocks' backgrounds (markdown.Theme), named here for tests and docs
+LIGHT_CODE_BG = "#f3f4f6"
+DARK_CODE_BG = "#1e1f22"
+
+
+def current_theme() -> str:
+    return _current
+
+
+def dark_palette() -> QPalette:
+    p = QPalette()
+    text = QColor("#e6e6e6")
+    muted = QColor("#8c8c8c")
+    roles = {
+        QPalette.ColorRole.Window: QColor("#2b2b2b"),
+        QPalette.ColorRole.WindowText: text,
+        QPalette.ColorRole.Base: QColor("#1e1e1e"),
+        QPalette.ColorRole.AlternateBase: QColor("#262626"),
+        QPalette.ColorRole.ToolTipBase: QColor("#363636"),
+        QPalette.ColorRole.ToolTipText: text,
+        QPalette.ColorRole.PlaceholderText: muted,
+        QPalette.ColorRole.Text: text,
+        QPalette.ColorRole.Button: QColor("#353535"),
+        QPalette.ColorRole.ButtonText: text,
+        QPalette.ColorRole.BrightText: QColor("#ff6b6b"),
+        QPalette.ColorRole.Light: QColor("#4a4a4a"),
+        QPalette.ColorRole.Midlight: QColor("#3c3c3c"),
+        QPalette.ColorRole.Mid: QColor("#2f2f2f"),
+        QPalette.ColorRole.Dark: QColor("#1a1a1a"),
+        QPalette.ColorRole.Shadow: QColor("#0a0a0a"),
+        QPalette.ColorRole.Highlight: QColor("#3d6fd1"),
+        QPalette.ColorRole.HighlightedText: QColor("#ffffff"),
+        QPalette.ColorRole.Link: QColor("#7ab7ff"),
+        QPalette.ColorRole.LinkVisited: QColor("#c3a6ff"),
+    }
+    for role, color in roles.items():
+        p.setColor(role, color)
+    disabled = QColor("#7a7a7a")
+    for role in (
+        QPalette.ColorRole.WindowText,
+        QPalette.ColorRole.Text,
+        QPalette.ColorRole.ButtonText,
+    ):
+        p.setColor(QPalette.ColorGroup.Disabled, role, disabled)
+    p.setColor(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Base, QColor("#262626"))
+    p.setColor(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Button, QColor("#2e2e2e"))
+    p.setColor(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Highlight, QColor("#4a4a4a"))
+    return p
+
+
+def light_palette() -> QPalette:
+    style = QStyleFactory.create("Fusion")
+    p = QPalette(style.standardPalette()) if style is not None else QPalette()
+    p.setColor(QPalette.ColorRole.Link, QColor("#1a5fb4"))
+    p.setColor(QPalette.ColorRole.LinkVisited, QColor("#6b3fa0"))
+    return p
+
+
+def apply_theme(theme: str, app: QApplication | None = None) -> None:
+    """Switch the whole application to ``theme`` ("system", "light" or "dark") at once."""
+    global _current, _system_style
+    instance = app if app is not None else QApplication.instance()
+    if not isinstance(instance, QApplication):
+        return
+    if theme not in THEMES:
+        theme = "system"
+    if _system_style is None:
+        style = instance.style()
+        _system_style = style.name() if style is not None else "Fusion"
+    hints = instance.styleHints()
+    _current = theme
+    if theme == "system":
+        if hints is not None:
+            hints.unsetColorScheme()
+        instance.setStyle(_system_style)
+        instance.setPalette(QPalette())  # back to the platform's palette
+        return
+    if hints is not None:
+        hints.setColorScheme(Qt.ColorScheme.Dark if theme == "dark" else Qt.ColorScheme.Light)
+    instance.setStyle("Fusion")
+    instance.setPalette(dark_palette() if theme == "dark" else light_palette())
+
+
+def is_dark(widget: QWidget | None = None) -> bool:
+    """Whether text is drawn light on dark: the chosen theme, else the system's scheme,
+    else the palette's window colour."""
+    if _current in ("light", "dark"):
+        return _current == "dark"
+    hints = QGuiApplication.styleHints()
+    scheme = hints.colorScheme() if hints is not None else Qt.ColorScheme.Unknown
+    if scheme == Qt.ColorScheme.Dark:
+        return True
+    if scheme == Qt.ColorScheme.Light:
+        return False
+    palette = widget.palette() if widget is not None else QGuiApplication.palette()
+    return palette.color(QPalette.ColorRole.Window).lightness() < 128
+
+
+def colors(widget: QWidget | None = None) -> Colors:
+    return DARK_COLORS if is_dark(widget) else LIGHT_COLORS
