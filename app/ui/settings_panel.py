@@ -18,8 +18,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from PySide6.QtCore import Qt, Signal, Slot
-from PySide6.QtGui import QFont, QPalette, QWheelEvent
+from PySide6.QtCore import QEvent, Qt, Signal, Slot
+from PySide6.QtGui import QFont, QPalette, QShowEvent, QWheelEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -51,6 +51,7 @@ from app.engine.settings import (
     ROPE_SCALING,
     ContextSettings,
 )
+from app.ui.theme import colors
 
 __all__ = ["SettingsPanel", "format_bytes"]
 
@@ -466,11 +467,66 @@ class SettingsPanel(QDialog):
         self._problem: str | None = None
         self._editors: dict[str, QWidget] = {}
         self._labels: dict[str, QLabel] = {}
+        self._marks: dict[str, QLabel] = {}
+        self._secondary: list[QLabel] = []
+        self._flagged: set[str] = set()
         self._preset_dialog: QInputDialog | None = None
         self._build()
         self.set_settings(settings)
         self.set_presets(self._presets)
+        self.setSizeGripEnabled(True)
         self.resize(760, 720)
+        self._fitted = False
+
+    # -- size and colours ----------------------------------------------------------------
+
+    def fit_to_screen(self) -> None:
+        """At most 90% of the screen's free area (the fields scroll), and inside it."""
+        screen = self.screen()
+        parent = self.parentWidget()
+        if parent is not None and parent.screen() is not None:
+            screen = parent.screen()
+        if screen is None:
+            return
+        area = screen.availableGeometry()
+        width = min(self.width(), int(area.width() * 0.9))
+        height = min(self.height(), int(area.height() * 0.9))
+        self.resize(max(width, self.minimumSizeHint().width()), height)
+        frame = self.frameGeometry()
+        x, y = frame.x(), frame.y()
+        if parent is not None and not self._fitted:  # first show: centred on the window
+            center = parent.frameGeometry().center()
+            x, y = center.x() - frame.width() // 2, center.y() - frame.height() // 2
+        x = max(area.left(), min(x, area.right() + 1 - frame.width()))
+        y = max(area.top(), min(y, area.bottom() + 1 - frame.height()))
+        self.move(x, y)
+        self._fitted = True
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if not self._fitted:
+            self.fit_to_screen()
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange and hasattr(self, "_error_label"):
+            self._apply_colours()
+
+    def _apply_colours(self) -> None:
+        """Colours that read well on the current theme (redone when it changes)."""
+        c = colors(self)
+        self._problem_label.setStyleSheet(f"color: {c.error};")
+        self._error_label.setStyleSheet(f"color: {c.error}; font-weight: bold;")
+        for name, mark in self._marks.items():
+            live = name in ContextSettings.LIVE_FIELDS
+            mark.setStyleSheet(f"color: {c.ok if live else c.warn};")
+        for name, label in self._labels.items():
+            label.setStyleSheet(f"color: {c.error};" if name in self._flagged else "")
+        muted = self.palette().color(QPalette.ColorRole.PlaceholderText)
+        for label in self._secondary:
+            palette = label.palette()
+            palette.setColor(QPalette.ColorRole.WindowText, muted)
+            label.setPalette(palette)
 
     # -- construction --------------------------------------------------------------------
 
@@ -516,14 +572,12 @@ class SettingsPanel(QDialog):
         self._problem_label = QLabel()
         self._problem_label.setObjectName("problemLabel")
         self._problem_label.setWordWrap(True)
-        self._problem_label.setStyleSheet("color: #b00020;")
         self._problem_label.hide()
         outer.addWidget(self._problem_label)
 
         self._error_label = QLabel()
         self._error_label.setObjectName("errorLabel")
         self._error_label.setWordWrap(True)
-        self._error_label.setStyleSheet("color: #b00020; font-weight: bold;")
         self._error_label.hide()
         outer.addWidget(self._error_label)
 
@@ -602,11 +656,12 @@ class SettingsPanel(QDialog):
             mark = QLabel(_LIVE_MARK if live else _REBUILD_MARK)
             mark.setObjectName(f"mark_{spec.name}")
             mark.setToolTip(_LIVE_TIP if live else _REBUILD_TIP)
-            mark.setStyleSheet("color: #2e7d32;" if live else "color: #8a6d00;")
+            self._marks[spec.name] = mark
             help_label = QLabel(f"{spec.help} {self._range_text(spec)}".strip())
             help_label.setObjectName(f"help_{spec.name}")
             help_label.setWordWrap(True)
             _make_secondary(help_label)
+            self._secondary.append(help_label)
             editor.setMinimumWidth(200)
             editor.setMaximumWidth(320)
             grid.addWidget(label, row, 0)
@@ -804,8 +859,9 @@ class SettingsPanel(QDialog):
             font = QFont(label.font())
             font.setBold(changed)
             label.setFont(font)
-            label.setStyleSheet("color: #b00020;" if name in flagged else "")
 
+        self._flagged = flagged
+        self._apply_colours()
         self._update_model_label()
         self._update_estimate(edited)
 

@@ -349,3 +349,39 @@ def test_other_editor_kinds(qtbot: QtBot) -> None:
     assert isinstance(field(panel, "rope_freq_scale"), QDoubleSpinBox)
     assert isinstance(field(panel, "embeddings"), QCheckBox)
     assert spin(panel, "yarn_orig_ctx").specialValueText().endswith(FROM_MODEL)
+
+
+def test_panel_fits_the_screen_and_scrolls(qtbot: QtBot) -> None:
+    from PySide6.QtWidgets import QScrollArea
+
+    owner = QWidget()
+    qtbot.addWidget(owner)
+    owner.resize(900, 700)
+    panel = SettingsPanel(ContextSettings(n_threads=4, n_threads_batch=4), parent=owner)
+    panel.show()
+    qtbot.waitExposed(panel)
+    screen = panel.screen()
+    assert screen is not None
+    area = screen.availableGeometry()
+    assert panel.height() <= int(area.height() * 0.9)
+    assert area.contains(panel.frameGeometry())
+    scroll = panel.findChild(QScrollArea)
+    assert scroll is not None and scroll.widget() is panel._fields_widget
+    assert panel.isSizeGripEnabled()  # resizable
+    # the fields scroll instead of stretching the dialog
+    assert scroll.widget().sizeHint().height() > scroll.viewport().height()
+    panel.close()
+
+
+def test_panel_colours_follow_the_theme(qtbot: QtBot) -> None:
+    from app.ui import theme
+
+    panel = make_panel(qtbot)
+    mark = panel.findChild(QLabel, "mark_n_ctx")
+    assert mark is not None and theme.LIGHT_COLORS.warn in mark.styleSheet()
+    try:
+        theme.apply_theme("dark")
+        qtbot.waitUntil(lambda: theme.DARK_COLORS.warn in mark.styleSheet())
+    finally:
+        theme.apply_theme("system")
+    qtbot.waitUntil(lambda: theme.LIGHT_COLORS.warn in mark.styleSheet())
