@@ -1,10 +1,21 @@
-"""Take the README's screenshots of the real window (run under a display, e.g. Xvfb).
+"""Take the README's screenshots of the real window, with the demo model writing the replies.
 
     xvfb-run -s "-screen 0 1280x800x24" python docs/screenshots.py [--model PATH]
 
-Uses the demo model when it exists, else a tiny generated model (whose replies are
-noise: the Markdown conversation shown is then one stored in the database beforehand).
-Screens are grabbed from the X server (QScreen.grabWindow), not rendered offscreen.
+Every reply shown is generated live by the model (``resources/models/llamadesk-demo.gguf``
+by default); nothing is stored in the database beforehand. Screens are grabbed from the X
+server (``QScreen.grabWindow``), not rendered offscreen. Writes:
+
+* ``main-window.png``: the README's picture, a real conversation in the first of three tabs;
+* ``screenshot-first-start.png``: no model anywhere, the welcome page says what to do;
+* ``screenshot-generating.png``: two tabs writing at once (the demo model writes ~1000
+  tokens a second, so the script paces the engine's steps to catch the replies mid-way);
+* ``screenshot-settings.png``: the context settings dialog over the window;
+* ``screenshot-models.png``: the model manager, a broken download next to the model;
+* ``screenshot-dark.png``: the conversation again with View ▸ Theme ▸ Dark.
+
+Without the demo model (and no ``--model``) a tiny generated model stands in; its replies
+are noise, and the script says so.
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,53 +35,61 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "docs"
 
-SAMPLE_QUESTION = "How do I read a file line by line in Python?"
-SAMPLE_ANSWER = """Open the file with a `with` block and iterate over it: Python reads one line at a time, so even a huge file never has to fit in memory.
-
-```python
-from pathlib import Path
-
-with Path("notes.txt").open(encoding="utf-8") as handle:
-    for number, line in enumerate(handle, start=1):
-        print(number, line.rstrip("\\n"))
-```
-
-A few things worth knowing:
-
-- `rstrip("\\n")` drops the line break that each line keeps.
-- Pass `encoding=` explicitly; the default depends on the system.
-- For a small file, `Path("notes.txt").read_text().splitlines()` is shorter.
-
-<b>Raw HTML</b> in a reply is shown as text, never interpreted."""
+CONVERSATION = ["Hello!", "How do I fork a conversation?", "What is 23 + 45?"]
+OTHER_TABS = [["What can you do?"], ["How do I close a tab?"]]
+GENERATING = ["What can you do?", "What does LlamaDesk do?"]
+CONTEXT = {"n_ctx": 2048, "n_seq_max": 4, "n_threads": 1, "n_threads_batch": 1}
+PACE_S = 0.06  # per engine step while the "generating" screenshot is taken
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="llamadesk-shots-"))
     os.environ["LLAMADESK_HOME"] = str(home)
 
-    from PySide6.QtCore import QEventLoop, QLoggingCategory, QTimer  # noqa: TID251
+    from PySide6.QtCore import QEventLoop, QLoggingCategory, QRect, Qt, QTimer  # noqa: TID251
     from PySide6.QtGui import QGuiApplication  # noqa: TID251
     from PySide6.QtWidgets import QApplication  # noqa: TID251
 
     QLoggingCategory.setFilterRules("qt.text.font.db.warning=false")
     app = QApplication.instance() or QApplication(sys.argv)
+    assert isinstance(app, QApplication)
     app.setApplicationName("LlamaDesk")
 
     from app import paths
+    from app.engine import Engine
     from app.storage import AppSettings, Database, save_settings
+    from app.ui.main import app_icon
+    from app.ui.main_window import MainWindow
 
+    app.setWindowIcon(app_icon())
     model = args.model
     demo = paths.demo_model_path()
-    real_text = False
     if model is None and demo.is_file():
-        model, real_text = demo, True
+        model = demo
+    real = model is not None
     if model is None:
         from tests.support.gguf_models import TinySpec, write_tiny_model
 
+        print("no demo model: a tiny generated model stands in (its replies are noise)")
         model = write_tiny_model(home / "tiny-test-llama.gguf", TinySpec())
+
+    # Pacing: the worker thread sleeps after each engine step while this is set.
+    pace = threading.Event()
+    step = Engine.step
+
+    def paced_step(self: Engine) -> list[Any]:
+        events = step(self)
+        if pace.is_set():
+            time.sleep(PACE_S)
+        return events
+
+    Engine.step = paced_step  # type: ignore[method-assign]
 
     def wait(ms: int) -> None:
         loop = QEventLoop()
@@ -79,131 +99,114 @@ def main() -> int:
     def until(cond: Any, timeout: float = 60) -> None:
         end = time.monotonic() + timeout
         while not cond() and time.monotonic() < end:
-            wait(30)
+            wait(20)
+        if not cond():
+            raise TimeoutError("the window did not get there in time")
 
-    def shot(name: str) -> None:
-        wait(400)
+    def grab(name: str, *widgets: Any, settle_ms: int = 400) -> None:
+        if settle_ms:
+            wait(settle_ms)
         screen = QGuiApplication.primaryScreen()
         assert screen is not None
-        pixmap = screen.grabWindow(0)
-        geo = window.frameGeometry()
-        pixmap.copy(geo).save(str(OUT / name))
-        print("wrote", OUT / name)
+        area = QRect()
+        for widget in widgets:
+            area = area.united(widget.frameGeometry())
+        area = area.intersected(screen.geometry())  # never past the screen's edge
+        screen.grabWindow(0).copy(area).save(str(out / name))
+        print("wrote", out / name)
 
-    from app.ui.main_window import MainWindow
+    def new_window() -> Any:
+        window = MainWindow(Database.open())
+        window.resize(1180, 740)
+        window.move(50, 30)
+        window.show()
+        window.start()
+        return window
 
-    # 1. first start: no model anywhere
-    save_settings(AppSettings(context={"n_threads": 1, "n_threads_batch": 1}))
-    db = Database.open()
-    saved_demo = paths.demo_model_path
-    paths.demo_model_path = lambda: home / "none.gguf"  # type: ignore[assignment]
-    window = MainWindow(db)
-    window.resize(1180, 740)
-    window.move(40, 30)
-    window.show()
-    window.start()
-    shot("screenshot-first-start.png")
-    window.close()
-    until(window.is_shut_down)
-    db.close()
-    paths.demo_model_path = saved_demo  # type: ignore[assignment]
+    def close(window: Any) -> None:
+        window.close()
+        until(window.is_shut_down)
+        window.db.close()
 
-    # 2. chats: a stored conversation with Markdown and code, and live tabs
-    save_settings(
-        AppSettings(
-            last_model_path=str(model),
-            context={"n_ctx": 4096, "n_seq_max": 4, "n_threads": 1, "n_threads_batch": 1},
-        )
-    )
-    db = Database.open()
-    if not real_text:
-        conv = db.create_conversation()
-        user = db.add_message(conv.id, "user", SAMPLE_QUESTION)
-        db.add_message(
-            conv.id,
-            "assistant",
-            SAMPLE_ANSWER,
-            user.id,
-            token_count=141,
-            prompt_tokens=38,
-            tokens_per_second=42.7,
-        )
-        for title in ("Trip to the Andes: packing list", "Regex for ISO dates", "Llama facts"):
-            c = db.create_conversation(title)
-            db.add_message(c.id, "user", title)
-    window = MainWindow(db)
-    window.resize(1180, 740)
-    window.move(40, 30)
-    window.show()
-    window.start()
-    until(window.model_ready)
-    if real_text:
-        tab = window.new_tab()
-        assert tab is not None
-        tab.composer.setPlainText(SAMPLE_QUESTION)
-        tab.send()
-        until(lambda: not tab.generating, 120)
-    else:
-        window.sidebar.refresh()
-        window.open_conversation(window.sidebar.model.rows[-1].conversation_id)
-    shot("screenshot-chat.png")
-
-    # two tabs generating at once
-    grammar = 'root ::= ("hello" | " world" | " llama" | " tab" | ". ") root'
-    live = []
-    for text in ("Tell me a story about a llama.", "Write a poem about tabs."):
-        tab = window.new_tab()
-        assert tab is not None
-        if not real_text:
-            sampling = {**tab.conversation.sampling, "grammar": grammar, "max_tokens": 100000}
-            db.update_conversation_settings(tab.cid, sampling=sampling)
-            tab.conversation = db.get_conversation(tab.cid)
-            tab.settings.set_values(tab.conversation.system_prompt, tab.conversation.sampling)
+    def ask(tab: Any, text: str) -> None:
         tab.composer.setPlainText(text)
         tab.send()
+        until(lambda: not tab.generating, 120)
+
+    # 1. first start: no model anywhere
+    save_settings(AppSettings(context=dict(CONTEXT)))
+    saved_demo = paths.demo_model_path
+    paths.demo_model_path = lambda: home / "none.gguf"  # type: ignore[assignment]
+    window = new_window()
+    grab("screenshot-first-start.png", window)
+    close(window)
+    paths.demo_model_path = saved_demo  # type: ignore[assignment]
+
+    # 2. the main picture: real replies in three tabs, the first one shown
+    save_settings(AppSettings(last_model_path=str(model), context=dict(CONTEXT)))
+    window = new_window()
+    until(window.model_ready)
+    tabs = []
+    for questions in [CONVERSATION, *OTHER_TABS]:
+        tab = window.new_tab()
+        assert tab is not None
+        tabs.append(tab)
+        for question in questions:
+            ask(tab, question)
+    main_tab = tabs[0]
+    window.tab_widget.setCurrentWidget(main_tab)
+    window.sidebar.refresh()
+    main_tab.composer.setFocus()
+    grab("main-window.png", window)
+
+    # 3. two tabs writing at once
+    live = []
+    pace.set()
+    for question in GENERATING:
+        tab = window.new_tab()
+        assert tab is not None
+        tab.composer.setPlainText(question)
+        tab.send()
         live.append(tab)
-    wait(1500)
+    until(lambda: all(len(t.reply_text()) > 30 for t in live), 30)
     live[-1].settings_button.setChecked(True)
-    shot("screenshot-generating.png")
+    grab("screenshot-generating.png", window, settle_ms=60)
     live[-1].settings_button.setChecked(False)
-    for tab in live:
-        tab.stop()
+    pace.clear()
     until(lambda: not any(t.generating for t in live))
 
-    # settings panel
+    # 4. the settings dialog
+    window.tab_widget.setCurrentWidget(main_tab)
     window.open_settings()
     panel = window.settings_panel()
     if panel is not None:
-        panel.move(window.x() + 220, window.y() + 60)
-        panel.raise_()
-        wait(300)
-        screen = QGuiApplication.primaryScreen()
-        assert screen is not None
-        wait(400)
-        screen.grabWindow(0).copy(window.frameGeometry().united(panel.frameGeometry())).save(
-            str(OUT / "screenshot-settings.png")
-        )
-        print("wrote", OUT / "screenshot-settings.png")
+        until(panel.isVisible)
+        grab("screenshot-settings.png", window, panel)
         panel.close()
 
-    # model manager with a broken file next to a good one
+    # 5. the model manager, a broken download next to the model
     folder = home / "models"
     folder.mkdir()
     shutil.copy(model, folder / Path(str(model)).name)
     (folder / "broken-download.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 64)
-    db.add_folder(folder)
+    window.db.add_folder(folder)
     window.show_model_manager()
     manager = window.model_manager()
     if manager is not None:
         manager.refresh()
         until(lambda: not manager.is_scanning())
-    window.models_dock.setMinimumHeight(260)
-    shot("screenshot-models.png")
+    window.resizeDocks([window.models_dock], [300], Qt.Orientation.Vertical)
+    grab("screenshot-models.png", window)
+    window.models_dock.hide()
 
-    window.close()
-    until(window.is_shut_down)
-    db.close()
-    print(json.dumps({"model": str(model), "real_text": real_text}))
+    # 6. dark
+    window.set_theme("dark")
+    grab("screenshot-dark.png", window)
+    window.set_theme("system")
+
+    replies = {tab.title: [m.content for m in tab.branch if m.role == "assistant"] for tab in tabs}
+    close(window)
+    print(json.dumps({"model": str(model), "real_model": real, "replies": replies}, indent=1))
     return 0
 
 

@@ -166,7 +166,9 @@ class MessageWidget(QFrame):
         if data.role == "assistant":
             self.regen_button = self._button("Regenerate", "regenerate", "Write this reply again")
             header.addWidget(self.regen_button)
-        self.fork_button = self._button("Fork", "fork", "Open a new tab from here")
+        self.fork_button = self._button(
+            "Fork", "fork", "Fork from here: a new tab with the conversation up to this message"
+        )
         header.addWidget(self.fork_button)
         layout.addLayout(header)
 

@@ -273,6 +273,7 @@ class ModelManager(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(_COL_NAME, QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(True)
+        header.resizeSection(_COL_NAME, 210)  # room for a model's name
         self._table.doubleClicked.connect(self._on_double_clicked)
         self._table.itemSelectionChanged.connect(self._update_buttons)
         self._stack.addWidget(self._table)

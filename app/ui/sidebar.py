@@ -12,17 +12,23 @@ from PySide6.QtCore import (
     QModelIndex,
     QPersistentModelIndex,
     QPoint,
+    QSize,
     Qt,
     QTimer,
     Signal,
     Slot,
 )
+from PySide6.QtGui import QFont, QFontMetrics, QPainter, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QApplication,
     QLabel,
     QLineEdit,
     QListView,
     QMenu,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QVBoxLayout,
     QWidget,
 )
@@ -33,6 +39,7 @@ from app.storage import Database
 IdRole = Qt.ItemDataRole.UserRole + 1
 PinnedRole = Qt.ItemDataRole.UserRole + 2
 MessageIdRole = Qt.ItemDataRole.UserRole + 3
+SubtitleRole = Qt.ItemDataRole.UserRole + 4
 
 _Index = QModelIndex | QPersistentModelIndex
 
@@ -93,6 +100,8 @@ class ConversationListModel(QAbstractListModel):
             return row.pinned
         if role == MessageIdRole:
             return row.message_id
+        if role == SubtitleRole:
+            return row.subtitle
         return None
 
     def flags(self, index: _Index) -> Qt.ItemFlag:
@@ -112,6 +121,61 @@ class ConversationListModel(QAbstractListModel):
         self.dataChanged.emit(index, index, [Qt.ItemDataRole.DisplayRole])
         self.renamed.emit(row.conversation_id, title)
         return True
+
+
+class RowDelegate(QStyledItemDelegate):
+    """A row: the title, then the age and size (or the search snippet) smaller and muted."""
+
+    PAD_X, PAD_Y, GAP = 8, 6, 2
+
+    def _fonts(self, option: QStyleOptionViewItem) -> tuple[QFont, QFont]:
+        title = QFont(option.font)
+        sub = QFont(title)
+        if sub.pointSizeF() > 0:
+            sub.setPointSizeF(sub.pointSizeF() * 0.88)
+        return title, sub
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: _Index) -> QSize:
+        title, sub = self._fonts(option)
+        height = QFontMetrics(title).height() + QFontMetrics(sub).height()
+        return QSize(100, height + 2 * self.PAD_Y + self.GAP)
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: _Index) -> None:
+        opt = QStyleOptionViewItem(option)
+        self.initStyleOption(opt, index)
+        opt.text = ""
+        widget = opt.widget
+        style = widget.style() if widget is not None else QApplication.style()
+        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, widget)
+        rect = opt.rect.adjusted(self.PAD_X, self.PAD_Y, -self.PAD_X, -self.PAD_Y)
+        selected = bool(opt.state & QStyle.StateFlag.State_Selected)
+        palette: QPalette = opt.palette
+        text_color = palette.color(
+            QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text
+        )
+        muted = text_color if selected else palette.color(QPalette.ColorRole.PlaceholderText)
+        title_font, sub_font = self._fonts(opt)
+        pinned = bool(index.data(PinnedRole))
+        title = ("📌 " if pinned else "") + str(index.data(Qt.ItemDataRole.EditRole) or "")
+        subtitle = str(index.data(SubtitleRole) or "")
+        painter.save()
+        title_metrics = QFontMetrics(title_font)
+        painter.setFont(title_font)
+        painter.setPen(text_color)
+        painter.drawText(
+            rect.x(),
+            rect.y() + title_metrics.ascent(),
+            title_metrics.elidedText(title, Qt.TextElideMode.ElideRight, rect.width()),
+        )
+        sub_metrics = QFontMetrics(sub_font)
+        painter.setFont(sub_font)
+        painter.setPen(muted)
+        painter.drawText(
+            rect.x(),
+            rect.y() + title_metrics.height() + self.GAP + sub_metrics.ascent(),
+            sub_metrics.elidedText(subtitle, Qt.TextElideMode.ElideRight, rect.width()),
+        )
+        painter.restore()
 
 
 class Sidebar(QWidget):
@@ -138,8 +202,8 @@ class Sidebar(QWidget):
         self.view = QListView()
         self.view.setObjectName("conversations")
         self.view.setModel(self.model)
-        self.view.setWordWrap(True)
         self.view.setUniformItemSizes(True)
+        self.view.setItemDelegate(RowDelegate(self.view))
         self.view.setEditTriggers(QAbstractItemView.EditTrigger.EditKeyPressed)
         self.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.view.customContextMenuRequested.connect(self._menu)
