@@ -159,7 +159,13 @@ class Context:
         self.can_shift = (
             bool(llama_cpp.llama_memory_can_shift(self.memory)) if self.memory else False
         )
-        self.batch = Batch(self.n_batch)
+        # Non-causal attention (embedding models) and encoders must see a whole batch in one
+        # micro-batch: llama.cpp asserts n_ubatch >= n_tokens there.
+        self.single_ubatch = (
+            settings.embeddings or settings.attention_type == "non-causal" or model.has_encoder
+        )
+        n_ubatch = int(llama_cpp.llama_n_ubatch(handle))
+        self.batch = Batch(min(self.n_batch, n_ubatch) if self.single_ubatch else self.n_batch)
 
     # -- guards ---------------------------------------------------------------------------
 

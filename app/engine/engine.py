@@ -107,7 +107,9 @@ class Engine:
         self._next_key = 1
         self._clock = 0
         self._rotation = 0
-        self._encoded_for: int | None = None  # whose encoder output the context holds
+        # Whose encoder output the context holds: (key, seq_id), since cross-attention
+        # matches the encoder's sequence ids.
+        self._encoded_for: tuple[int, int] | None = None
         self._side_events: list[Event] = []
         self.last_restore_error: str | None = None  # why the last restore_state was refused
         self.context_full_policy = "shift"  # or "stop"
@@ -265,6 +267,8 @@ class Engine:
             return
         if seq.seq_id is not None and self.context is not None:
             self.context.seq_rm(seq.seq_id, -1, -1)
+        if self._encoded_for is not None and self._encoded_for[0] == key:
+            self._encoded_for = None
         if seq.sampler:
             seq.sampler.close()
 
@@ -276,6 +280,9 @@ class Engine:
             self._need_ctx().seq_rm(seq.seq_id, -1, -1)
         seq.tokens, seq.pending, seq.parked = [], [], None
         seq.messages, seq.n_dropped, seq.n_keep, seq.maybe_shared = None, 0, 0, False
+        seq.cut_after_restore, seq.encoder_input, seq.last_logits = None, None, None
+        if self._encoded_for is not None and self._encoded_for[0] == key:
+            self._encoded_for = None
 
     def tokens(self, key: int) -> list[int]:
         """The tokens the sequence's cache holds."""
@@ -307,8 +314,11 @@ class Engine:
         """Drop every other sequence's cells (``seq_keep``), e.g. before a whole-context save."""
         seq = self._seq(key)
         ctx = self._need_ctx()
+        if self.has_work():
+            raise EngineError("Stop generation in every tab first.")
         self._ensure_resident(seq, self._side_events)
-        assert seq.seq_id is not None
+        if seq.seq_id is None:
+            raise EngineError("No free sequence slot for this sequence.")
         ctx.seq_keep(seq.seq_id)
         for other in self._seqs.values():
             if other is not seq and other.seq_id is not None:
@@ -326,24 +336,34 @@ class Engine:
             raise EngineError(
                 f"Cannot fork at token {n_tokens}: the sequence holds {len(src.tokens)}."
             )
+        if self._need_model().has_encoder:
+            raise EngineError("Encoder-decoder models cannot fork a conversation.")
         dst = self._seqs[self.open_sequence()]
         dst.messages = list(src.messages) if src.messages is not None else None
         dst.n_keep, dst.n_dropped = min(src.n_keep, n_tokens), src.n_dropped
         events = self._side_events
-        self._ensure_resident(src, events, protect={src.key, dst.key})
-        if src.seq_id is None:  # no room: the fork is parked as a copy of the source's state
-            raise EngineError("No free sequence slot to fork into; close a tab or raise n_seq_max.")
-        self._assign_slot(dst, events, protect={src.key, dst.key})
-        if dst.seq_id is None:
+        no_slot = (
+            "No free sequence slot to fork into: stop a tab or raise the number of resident tabs."
+        )
+        try:
+            self._ensure_resident(src, events, protect={src.key, dst.key})
+            if src.seq_id is None:
+                raise EngineError(no_slot)
+            self._assign_slot(dst, events, protect={src.key, dst.key})
+            if dst.seq_id is None:
+                raise EngineError(no_slot)
+            if ctx.settings.kv_unified:
+                ctx.seq_cp(
+                    src.seq_id, dst.seq_id, 0, n_tokens if n_tokens < len(src.tokens) else -1
+                )
+                src.maybe_shared = dst.maybe_shared = True
+            else:  # a split cache cannot share cells: copy the data instead
+                if not ctx.state_set(dst.seq_id, ctx.state_get(src.seq_id)):
+                    raise StateError("Could not copy the sequence state for the fork.")
+                ctx.seq_rm(dst.seq_id, n_tokens, -1)
+        except BaseException:
             self.close_sequence(dst.key)
-            raise EngineError("No free sequence slot to fork into; close a tab or raise n_seq_max.")
-        if ctx.settings.kv_unified:
-            ctx.seq_cp(src.seq_id, dst.seq_id, 0, n_tokens if n_tokens < len(src.tokens) else -1)
-            src.maybe_shared = dst.maybe_shared = True
-        else:  # a split cache cannot share cells: copy the data instead
-            if not ctx.state_set(dst.seq_id, ctx.state_get(src.seq_id)):
-                raise StateError("Could not copy the sequence state for the fork.")
-            ctx.seq_rm(dst.seq_id, n_tokens, -1)
+            raise
         dst.tokens = src.tokens[:n_tokens]
         dst.pending = list(src.pending) if n_tokens == len(src.tokens) else []
         return dst.key
@@ -463,7 +483,7 @@ class Engine:
 
     def _check_tokens(self, tokens: list[int]) -> None:
         model = self._need_model()
-        bad = next((t for t in tokens if not model.valid_token(t)), None)
+        bad = next((t for t in tokens if not isinstance(t, int) or not model.valid_token(t)), None)
         if bad is not None:
             raise EngineError(
                 f"Token id {bad} is not in this model's vocabulary (0..{model.n_vocab - 1})."
@@ -496,7 +516,7 @@ class Engine:
         model = self._need_model()
         if not tokens:
             raise EngineError("There is nothing to encode: the prompt is empty.")
-        limit = min(ctx.settings.n_ubatch, ctx.n_batch)
+        limit = ctx.batch.capacity
         if len(tokens) > limit:
             raise ContextFullError(
                 f"The prompt is {len(tokens):,} tokens; this encoder-decoder model reads at most {limit:,} "
@@ -505,7 +525,7 @@ class Engine:
         self._truncate(seq, 0)
         seq.parked = None
         seq.encoder_input = list(tokens)
-        if self._encoded_for == seq.key:
+        if self._encoded_for is not None and self._encoded_for[0] == seq.key:
             self._encoded_for = None
         start = int(llama_cpp.llama_model_decoder_start_token(model.handle))
         seq.pending = [start if start >= 0 else model.bos]
@@ -517,13 +537,20 @@ class Engine:
     def _encode(self, seq: _Seq) -> bool:
         ctx = self._need_ctx()
         assert seq.seq_id is not None and seq.encoder_input is not None
+        if seq.tokens:
+            # llama.cpp validates encoder positions against the sequence's cells: encode into
+            # an empty sequence and decode what it held again (the encoder output was lost,
+            # e.g. by a context rebuild or another sequence's turn).
+            ctx.seq_rm(seq.seq_id, -1, -1)
+            seq.pending = seq.tokens + seq.pending
+            seq.tokens = []
         ctx.batch.clear()
         ctx.batch.add_span(seq.encoder_input, 0, seq.seq_id, False)
         ctx.batch.mark_all_outputs()
         code = ctx.encode()
         if code != 0:
             return False
-        self._encoded_for = seq.key
+        self._encoded_for = (seq.key, seq.seq_id)
         return True
 
     def _truncate(self, seq: _Seq, n: int) -> None:
@@ -562,10 +589,11 @@ class Engine:
                 self._truncate(seq, last)
         if seq.sampler:
             seq.sampler.close()
-        seq.sampler = Sampler(model.vocab, model.n_vocab, params)
+        seq.sampler = Sampler(model.vocab, model.n_vocab, params, self.n_ctx_seq)
         if params.repeat_penalty != 1.0 or params.frequency_penalty or params.presence_penalty:
             if not params.grammar:  # the grammar must not see the prompt
-                history = (seq.tokens + seq.pending[:-1])[-max(params.repeat_last_n, 0) or None :]
+                last_n = self.n_ctx_seq if params.repeat_last_n < 0 else params.repeat_last_n
+                history = (seq.tokens + seq.pending[:-1])[-last_n:] if last_n else []
                 for token in history:
                     seq.sampler.accept(token)
         seq.params = params
@@ -672,17 +700,18 @@ class Engine:
             return events
         if self._need_model().has_encoder:
             # The context holds one encoder output at a time: encoder-decoder sequences take turns.
-            current = [s for s in busy if s.key == self._encoded_for]
+            current = [s for s in busy if (s.key, s.seq_id) == self._encoded_for]
             busy = current or busy[:1]
             self._ensure_resident(busy[0], events, protect={busy[0].key})
-            if busy[0].seq_id is not None and self._encoded_for != busy[0].key:
+            if busy[0].seq_id is not None and self._encoded_for != (busy[0].key, busy[0].seq_id):
                 if busy[0].encoder_input is None or not self._encode(busy[0]):
                     self._finish(busy[0], "error", events, "llama.cpp could not encode the prompt.")
                     return events
         for seq in sorted(busy, key=lambda s: s.seq_id is None):
             self._ensure_resident(seq, events, protect={s.key for s in busy})
-        for attempt in range(6):
-            spans = self._build_batch(events)
+        prompt_cap: int | None = None  # shrinks when the cache has no room for the batch
+        for _attempt in range(12):
+            spans = self._build_batch(events, prompt_cap)
             if not spans:
                 return events
             started = time.perf_counter()
@@ -691,31 +720,48 @@ class Engine:
             if result.ok:
                 self._after_decode(spans, elapsed_ms, events)
                 return events
-            self._recover(spans, result.code, attempt, events)
-            if result.aborted or result.code < 0:
+            self._resync(spans)
+            if result.aborted:
+                log.info("decode aborted (stop requested)")
                 return events
+            if result.code < 0:
+                message = f"llama.cpp failed to process the batch (error {result.code}). The reply was stopped; try again."
+                for seq, _, _ in spans:
+                    self._finish(seq, "error", events, message)
+                return events
+            prompt_cap = self._make_pool_room(spans, prompt_cap, events)
         return events
 
-    def _build_batch(self, events: list[Event]) -> list[tuple[_Seq, list[int], int | None]]:
+    def _build_batch(
+        self, events: list[Event], prompt_cap: int | None = None
+    ) -> list[tuple[_Seq, list[int], int | None]]:
         ctx = self._need_ctx()
         batch = ctx.batch
         batch.clear()
         spans: list[tuple[_Seq, list[int], int | None]] = []
         resident = [s for s in self._seqs.values() if s.busy and s.seq_id is not None and s.pending]
         if self._encoded_for is not None and self._need_model().has_encoder:
-            resident = [s for s in resident if s.key == self._encoded_for]
+            resident = [s for s in resident if (s.key, s.seq_id) == self._encoded_for]
         generating = [s for s in resident if s.generating]
         prefilling = [s for s in resident if not s.generating]
-        # Rotate the order of prefilling sequences so that one long prompt cannot starve others.
-        if prefilling:
-            self._rotation = (self._rotation + 1) % len(prefilling)
-            prefilling = prefilling[self._rotation :] + prefilling[: self._rotation]
+        # Rotate both lists so that no sequence waits behind others step after step.
+        self._rotation += 1
+        if len(generating) > 1:
+            r = self._rotation % len(generating)
+            generating = generating[r:] + generating[:r]
+        if len(prefilling) > 1:
+            r = self._rotation % len(prefilling)
+            prefilling = prefilling[r:] + prefilling[:r]
+        prompt_room = batch.capacity if prompt_cap is None else prompt_cap
         for seq in generating + prefilling:
-            if batch.free == 0:
-                break
-            if not self._make_room(seq, min(len(seq.pending), batch.free), events):
+            room = batch.free if seq.generating else min(batch.free, prompt_room)
+            if room <= 0:
                 continue
-            chunk = seq.pending[: batch.free]
+            if not self._make_room(seq, min(len(seq.pending), room), events):
+                continue
+            chunk = seq.pending[:room]
+            if not seq.generating:
+                prompt_room -= len(chunk)
             completes = len(chunk) == len(seq.pending)
             want_logits = completes and (seq.want_generation or seq.want_logits)
             assert seq.seq_id is not None
@@ -792,53 +838,63 @@ class Engine:
             events.append(SequenceFailed(seq.key, error))
         events.append(Finished(seq.key, seq.completion))
 
-    def _recover(
-        self,
-        spans: list[tuple[_Seq, list[int], int | None]],
-        code: int,
-        attempt: int,
-        events: list[Event],
-    ) -> None:
-        """After a failed decode, make the bookkeeping match the cache, then make room."""
+    def _resync(self, spans: list[tuple[_Seq, list[int], int | None]]) -> None:
+        """After a failed decode, make the bookkeeping match the cache again.
+
+        Aborted and fatal decodes keep the micro-batches that finished; a "no slot" decode
+        keeps nothing. ``seq_pos_max`` tells which, per sequence.
+        """
         ctx = self._need_ctx()
         for seq, chunk, _ in spans:
             assert seq.seq_id is not None
-            # Aborted or fatal decodes keep the micro-batches that finished: count them in.
             held = ctx.seq_pos_max(seq.seq_id) + 1
-            done = max(0, min(len(chunk), held - len(seq.tokens)))
-            if held > len(seq.tokens) + done or held < len(seq.tokens):
-                ctx.seq_rm(seq.seq_id, len(seq.tokens) + done, -1)
+            base = len(seq.tokens)
+            if held < base:  # the cache lost cells we counted: process them again
+                seq.pending = seq.tokens[held:] + seq.pending
+                seq.tokens = seq.tokens[:held]
+                continue
+            done = min(len(chunk), held - base)
+            if done and done == len(seq.pending):
+                done -= 1  # its logits were never read: decode the last token again
+            ctx.seq_rm(seq.seq_id, base + done, -1)
             if done:
                 seq.tokens.extend(chunk[:done])
                 del seq.pending[:done]
                 if not seq.generating:
                     seq.prompt_done += done
-        if code == 2:
-            log.info("decode aborted (stop requested)")
-            return
-        if code < 0:
-            message = f"llama.cpp failed to process the batch (error {code}). The sequence was stopped; try again."
-            for seq, _, _ in spans:
-                self._finish(seq, "error", events, message)
-            return
-        # code 1: no free KV cells for the batch. Free idle sequences first, then shift.
+
+    def _make_pool_room(
+        self,
+        spans: list[tuple[_Seq, list[int], int | None]],
+        prompt_cap: int | None,
+        events: list[Event],
+    ) -> int | None:
+        """The cache had no free cells for the batch: evict, shrink the prompt part, or shift.
+
+        Returns the prompt-token cap for the next attempt.
+        """
         idle = sorted(
             (s for s in self._seqs.values() if not s.busy and s.seq_id is not None and s.tokens),
             key=lambda s: s.last_used,
         )
         if idle:
             self._evict(idle[0], events)
-            return
-        if attempt < 2 and len(spans) > 1:
-            return  # the next attempt may fit once generation tokens are alone... try shifting
+            return prompt_cap
+        prompt_tokens = sum(len(chunk) for seq, chunk, _ in spans if not seq.generating)
+        if prompt_tokens > 1:
+            return prompt_tokens // 2
         largest = max((s for s, _, _ in spans), key=lambda s: len(s.tokens))
-        if not self._shift(largest, max(1, len(largest.tokens) // 2), events):
-            self._finish(
-                largest,
-                "context_full",
-                events,
-                "The context is full: the cache has no room left. Close some tabs or raise the context size.",
-            )
+        if self._policy(largest) == "shift" and self._shift(
+            largest, max(1, len(largest.tokens) // 2), events
+        ):
+            return prompt_cap
+        self._finish(
+            largest,
+            "context_full",
+            events,
+            "The context is full: the cache has no room left. Close some tabs or raise the context size.",
+        )
+        return prompt_cap
 
     # ---------------------------------------------------------------- context room
 
@@ -901,31 +957,35 @@ class Engine:
             )
         assert seq.seq_id is not None
         sid = seq.seq_id
-        if ctx.can_shift:
-            if seq.maybe_shared:
-                self._make_physical(seq)
+        original = list(seq.tokens)
+        if ctx.can_shift and (not seq.maybe_shared or self._make_physical(seq)):
             ctx.seq_rm(sid, n_keep, n_keep + n_discard)
             ctx.seq_add(sid, n_keep + n_discard, -1, -n_discard)
-            seq.tokens = seq.tokens[:n_keep] + seq.tokens[n_keep + n_discard :]
+            seq.tokens = original[:n_keep] + original[n_keep + n_discard :]
         else:  # re-process what is kept after the system prompt
-            kept = seq.tokens[n_keep + n_discard :]
-            ctx.seq_rm(sid, n_keep, -1)
-            seq.tokens = seq.tokens[:n_keep]
-            seq.pending = kept + seq.pending
+            keep = min(ctx.seq_pos_max(sid) + 1, n_keep)
+            ctx.seq_rm(sid, keep, -1)
+            seq.tokens = original[:keep]
+            seq.pending = original[keep:n_keep] + original[n_keep + n_discard :] + seq.pending
         seq.n_dropped += dropped_messages
         events.append(ContextShifted(seq.key, n_discard, n_keep))
         return True
 
-    def _make_physical(self, seq: _Seq) -> None:
-        """Give a forked sequence cells of its own, so a shift cannot move its partner's."""
+    def _make_physical(self, seq: _Seq) -> bool:
+        """Give a forked sequence cells of its own, so a shift cannot move its partner's.
+
+        False when there was no room for the copy: the sequence's cache is then empty and
+        the caller re-processes its tokens.
+        """
         ctx = self._need_ctx()
         assert seq.seq_id is not None
         blob = ctx.state_get(seq.seq_id)
         ctx.seq_rm(seq.seq_id, -1, -1)
-        if not ctx.state_set(seq.seq_id, blob):
-            seq.pending = seq.tokens + seq.pending
-            seq.tokens = []
         seq.maybe_shared = False
+        if ctx.state_set(seq.seq_id, blob):
+            return True
+        ctx.seq_rm(seq.seq_id, -1, -1)
+        return False
 
     # ---------------------------------------------------------------- residency
 
@@ -994,6 +1054,8 @@ class Engine:
         assert seq.seq_id is not None
         seq.parked = self._state_of(seq) if seq.tokens else None
         ctx.seq_rm(seq.seq_id, -1, -1)
+        if self._encoded_for == (seq.key, seq.seq_id):
+            self._encoded_for = None
         seq.seq_id = None
         seq.maybe_shared = False
         events.append(Evicted(seq.key))
@@ -1051,7 +1113,12 @@ class Engine:
 
     def save_state_file(self, key: int, path: str | os.PathLike[str]) -> int:
         data = self.save_state(key)
-        write_atomic(path, data)
+        try:
+            write_atomic(path, data)
+        except OSError as exc:
+            raise StateError(
+                f"The state file {path} cannot be written: {exc.strerror or exc}."
+            ) from exc
         return len(data)
 
     def restore_state(self, key: int, data: bytes) -> bool:
@@ -1157,6 +1224,7 @@ class Engine:
             seq.maybe_shared = False
         ctx.close()
         self.context = None
+        self._encoded_for = None  # the encoder output went with the old context
         try:
             self.context = Context(model, settings)
         except ContextError:
@@ -1172,12 +1240,10 @@ class Engine:
             if seq.parked is not None and (
                 seq.parked.layout != layout or len(seq.parked.tokens) >= ctx.n_ctx_seq
             ):
-                seq.pending = (
-                    seq.parked.tokens + seq.pending
-                    if len(seq.parked.tokens) < ctx.n_ctx_seq
-                    else []
-                )
-                seq.tokens, seq.parked = [], None
+                # seq.tokens already reflects a cut made while parked.
+                everything = seq.tokens + seq.pending
+                seq.pending = everything if len(everything) < ctx.n_ctx_seq else []
+                seq.tokens, seq.parked, seq.cut_after_restore = [], None, None
         for seq in resident[: ctx.n_seq_max]:
             if seq.parked is not None:
                 self._ensure_resident(seq, self._side_events, protect={seq.key})
@@ -1207,8 +1273,13 @@ class Engine:
         return state.to_bytes()
 
     def restore_context_state(self, data: bytes) -> list[int]:
-        """Restore a whole-context save; returns the keys of the restored sequences."""
+        """Restore a whole-context save; returns the keys of the restored sequences.
+
+        Everything is validated before any open sequence is touched; on failure the
+        engine is left as it was (or, if llama.cpp refuses the blob itself, empty).
+        """
         ctx = self._need_ctx()
+        model = self._need_model()
         if self.has_work():
             raise EngineError("Stop generation before restoring a saved context.")
         state = SequenceState.from_bytes(data)
@@ -1216,21 +1287,36 @@ class Engine:
             self.model_fingerprint,
             {**self._layout(), "n_ctx": ctx.n_ctx, "n_seq_max": ctx.n_seq_max},
         )
+        entries = []
+        try:
+            raw = state.extra.get("sequences", {})
+            for info in raw.values():
+                seq_id, n_keep = int(info["seq_id"]), int(info["n_keep"])
+                tokens, pending = list(info["tokens"]), list(info["pending"])
+                entries.append((seq_id, tokens, pending, n_keep))
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise StateError("The saved context's list of sequences is damaged.") from exc
+        ids = [e[0] for e in entries]
+        if len(set(ids)) != len(ids) or any(not 0 <= i < ctx.n_seq_max for i in ids):
+            raise StateError("The saved context names sequence ids this context does not have.")
+        for _, tokens, pending, n_keep in entries:
+            if not all(isinstance(t, int) and model.valid_token(t) for t in tokens + pending):
+                raise StateError("The saved context holds token ids this model does not have.")
+            if len(tokens) >= ctx.n_ctx_seq or not 0 <= n_keep <= len(tokens):
+                raise StateError("The saved context does not fit this context.")
         for key in list(self._seqs):
             self.close_sequence(key)
         if not ctx.full_state_set(state.blob):
             ctx.clear()
             raise StateError("llama.cpp refused the saved context.")
+        if any(ctx.seq_pos_max(seq_id) + 1 != len(tokens) for seq_id, tokens, _, _ in entries):
+            ctx.clear()
+            raise StateError("The saved context's cache does not match its token lists.")
         keys = []
-        for info in state.extra.get("sequences", {}).values():
+        for seq_id, tokens, pending, n_keep in entries:
             key = self.open_sequence()
             seq = self._seqs[key]
-            seq.seq_id, seq.tokens, seq.pending, seq.n_keep = (
-                int(info["seq_id"]),
-                list(info["tokens"]),
-                list(info["pending"]),
-                int(info["n_keep"]),
-            )
+            seq.seq_id, seq.tokens, seq.pending, seq.n_keep = seq_id, tokens, pending, n_keep
             keys.append(key)
         return keys
 
@@ -1256,9 +1342,9 @@ class Engine:
                 tokens = model.tokenize(text, add_special=True, parse_special=False)
                 if not tokens:
                     raise EngineError("Cannot embed empty text.")
-                if len(tokens) > min(ctx.n_batch, ctx.n_ctx_seq):
+                if len(tokens) > min(ctx.batch.capacity, ctx.n_ctx_seq):
                     raise ContextFullError(
-                        f"The text is {len(tokens)} tokens; embeddings take at most {ctx.n_batch} at once."
+                        f"The text is {len(tokens)} tokens; embeddings take at most {ctx.batch.capacity} at once (raise the micro-batch size)."
                     )
                 ctx.batch.clear()
                 ctx.batch.add_span(tokens, 0, seq.seq_id, True)

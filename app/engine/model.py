@@ -114,6 +114,7 @@ class Model:
         self.size_bytes = int(llama_cpp.llama_model_size(handle))
         self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(handle))
         self._pieces: dict[int, bytes] = {}
+        self._special_pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._fingerprint: str | None = None
 
@@ -130,7 +131,7 @@ class Model:
     def tokenize(
         self, text: str, add_special: bool = True, parse_special: bool = True
     ) -> list[int]:
-        data = text.encode("utf-8")
+        data = text.encode("utf-8", errors="replace")  # a lone surrogate must not raise
         capacity = len(data) + 8
         while True:
             buf = (llama_cpp.llama_token * capacity)()
@@ -145,18 +146,17 @@ class Model:
 
     def piece(self, token: int, special: bool = False) -> bytes:
         """The bytes a token stands for (may be part of a UTF-8 character)."""
-        if not special:
-            cached = self._pieces.get(token)
-            if cached is not None:
-                return cached
+        cache = self._special_pieces if special else self._pieces
+        cached = cache.get(token)
+        if cached is not None:
+            return cached
         buf = ctypes.create_string_buffer(64)
         n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
             n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
         data = buf.raw[:n]
-        if not special:
-            self._pieces[token] = data
+        cache[token] = data
         return data
 
     def detokenize(self, tokens: list[int], special: bool = False) -> str:

@@ -14,7 +14,11 @@ from app.engine.settings import SamplingParams
 
 class Sampler:
     def __init__(
-        self, vocab: llama_cpp.llama_vocab_p, n_vocab: int, params: SamplingParams
+        self,
+        vocab: llama_cpp.llama_vocab_p,
+        n_vocab: int,
+        params: SamplingParams,
+        n_ctx: int = 4096,
     ) -> None:
         params.validate()
         self.params = params
@@ -41,7 +45,8 @@ class Sampler:
                     chain,
                     llama_cpp.llama_sampler_init_penalties(
                         n_vocab,
-                        params.repeat_last_n,
+                        # -1 means the whole context; llama.cpp reads negatives as "off".
+                        n_ctx if params.repeat_last_n < 0 else params.repeat_last_n,
                         params.repeat_penalty,
                         params.frequency_penalty,
                         params.presence_penalty,

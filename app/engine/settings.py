@@ -148,6 +148,11 @@ class ContextSettings:
                 f"(n_batch = {self.n_batch})."
             )
         _int_range("Parallel sequences (n_seq_max)", self.n_seq_max, 1, MAX_SEQUENCES)
+        if self.n_batch < self.n_seq_max:
+            raise ContextError(
+                f"The batch size (n_batch = {self.n_batch}) must be at least the number of parallel "
+                f"sequences ({self.n_seq_max}): each generating tab adds a token to every batch."
+            )
         _int_range("Threads (n_threads)", self.n_threads, 1, 512)
         _int_range("Batch threads (n_threads_batch)", self.n_threads_batch, 1, 512)
         _choice("Flash attention", self.flash_attn, FLASH_ATTN)

@@ -79,27 +79,53 @@ class SequenceState:
             raise StateError("The saved state's header is damaged (checksum mismatch).")
         try:
             header = json.loads(raw)
-        except ValueError as exc:
+            return cls._from_header(header, bytes(view[start + header_len :]))
+        except StateError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
             raise StateError("The saved state's header cannot be read.") from exc
-        blob = bytes(view[start + header_len :])
-        if len(blob) != header.get("blob_size"):
+
+    @classmethod
+    def _from_header(cls, header: Any, blob: bytes) -> SequenceState:
+        if not isinstance(header, dict):
+            raise StateError("The saved state's header cannot be read.")
+        size = header.get("blob_size")
+        if not isinstance(size, int) or size < 0:
+            raise StateError("The saved state's header cannot be read (no cache size).")
+        if len(blob) != size:
             raise StateError(
-                f"The saved state is truncated: {len(blob):,} of {header.get('blob_size'):,} bytes of cache data."
+                f"The saved state is truncated: {len(blob):,} of {size:,} bytes of cache data."
             )
         if _digest(blob).hex() != header.get("blob_hash"):
             raise StateError("The saved cache data is damaged (checksum mismatch).")
-        tokens = header.get("tokens")
-        pending = header.get("pending", [])
-        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens + pending):
+        tokens, pending = header.get("tokens"), header.get("pending", [])
+        if not (
+            isinstance(tokens, list)
+            and isinstance(pending, list)
+            and all(type(t) is int and t >= 0 for t in tokens)
+            and all(type(t) is int and t >= 0 for t in pending)
+        ):
             raise StateError("The saved state's token list is invalid.")
+        n_keep, layout, extra = (
+            header.get("n_keep", 0),
+            header.get("layout") or {},
+            header.get("extra") or {},
+        )
+        if type(n_keep) is not int or not 0 <= n_keep <= len(tokens):
+            raise StateError("The saved state's header is invalid (n_keep).")
+        if not isinstance(layout, dict) or not isinstance(extra, dict):
+            raise StateError("The saved state's header is invalid.")
+        n_dropped = extra.get("n_dropped", 0)
+        if type(n_dropped) is not int or n_dropped < 0:
+            raise StateError("The saved state's header is invalid (n_dropped).")
         return cls(
             model_fingerprint=str(header.get("model_fingerprint", "")),
-            layout=dict(header.get("layout") or {}),
+            layout=layout,
             tokens=tokens,
             blob=blob,
             pending=pending,
-            n_keep=int(header.get("n_keep", 0)),
-            extra=dict(header.get("extra") or {}),
+            n_keep=n_keep,
+            extra=extra,
         )
 
     def check_compatible(self, model_fingerprint: str, layout: dict[str, Any]) -> None:

@@ -167,8 +167,12 @@ def test_bench_json(tiny_model: Path) -> None:
 
 
 def test_options_between_model_and_prompt(tiny_model: Path) -> None:
-    a = llamadesk("run", str(tiny_model), "--raw", "hello world", "-n", "4", "--temp", "0", "--json")
-    b = llamadesk("run", str(tiny_model), "hello world", "--raw", "-n", "4", "--temp", "0", "--json")
+    a = llamadesk(
+        "run", str(tiny_model), "--raw", "hello world", "-n", "4", "--temp", "0", "--json"
+    )
+    b = llamadesk(
+        "run", str(tiny_model), "hello world", "--raw", "-n", "4", "--temp", "0", "--json"
+    )
     assert a.returncode == 0, a.stderr
     assert json.loads(a.stdout)["results"] == json.loads(b.stdout)["results"]
     bad = llamadesk("inspect", str(tiny_model), "--bogus")
