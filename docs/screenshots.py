@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 import threading
@@ -40,6 +39,7 @@ OTHER_TABS = [["What can you do?"], ["How do I close a tab?"]]
 GENERATING = ["What can you do?", "What does LlamaDesk do?"]
 CONTEXT = {"n_ctx": 2048, "n_seq_max": 4, "n_threads": 1, "n_threads_batch": 1}
 PACE_S = 0.06  # per engine step while the "generating" screenshot is taken
+SEED = 42
 
 
 def main() -> int:
@@ -63,7 +63,7 @@ def main() -> int:
 
     from app import paths
     from app.engine import Engine
-    from app.storage import AppSettings, Database, save_settings
+    from app.storage import AppSettings, Database, SamplingDefaults, save_settings
     from app.ui.main import app_icon
     from app.ui.main_window import MainWindow
 
@@ -143,7 +143,18 @@ def main() -> int:
     paths.demo_model_path = saved_demo  # type: ignore[assignment]
 
     # 2. the main picture: real replies in three tabs, the first one shown
-    save_settings(AppSettings(last_model_path=str(model), context=dict(CONTEXT)))
+    save_settings(
+        AppSettings(
+            last_model_path=str(model),
+            context=dict(CONTEXT),
+            default_sampling=SamplingDefaults(seed=SEED),  # the same replies every run
+        )
+    )
+    from app.ui.model_manager import read_metadata
+
+    db = Database.open()  # the model is in the library, as if added in the model manager
+    db.add_model_file(str(model), read_metadata)
+    db.close()
     window = new_window()
     until(window.model_ready)
     tabs = []
@@ -185,9 +196,8 @@ def main() -> int:
         panel.close()
 
     # 5. the model manager, a broken download next to the model
-    folder = home / "models"
+    folder = home / "Downloads"
     folder.mkdir()
-    shutil.copy(model, folder / Path(str(model)).name)
     (folder / "broken-download.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 64)
     window.db.add_folder(folder)
     window.show_model_manager()
