@@ -108,7 +108,13 @@ class Context:
         self.settings = settings
         self.abort_requested = False
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx = settings.n_ctx
+        params.n_ctx = settings.effective_n_ctx(model.info)
+        if settings.n_ctx and params.n_ctx < settings.n_ctx:
+            log.info(
+                "context size %d clamped to the model's training context %d",
+                settings.n_ctx,
+                params.n_ctx,
+            )
         params.n_batch = settings.n_batch
         params.n_ubatch = settings.n_ubatch
         params.n_seq_max = settings.n_seq_max

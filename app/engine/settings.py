@@ -199,10 +199,23 @@ class ContextSettings:
                     f"({model.n_ctx_train}); choose at most {model.n_ctx_train} or enable RoPE scaling."
                 )
 
+    @property
+    def rope_scaled(self) -> bool:
+        return self.rope_scaling_type in (
+            "linear",
+            "yarn",
+            "longrope",
+        ) or self.rope_freq_scale not in (0.0, 1.0)
+
     def effective_n_ctx(self, model: ModelInfo | None) -> int:
-        if self.n_ctx:
-            return self.n_ctx
-        return model.n_ctx_train if model is not None and model.n_ctx_train else 4096
+        """The context size a context gets: this setting (0 = the model's), but never past
+        what the model was trained for unless RoPE scaling is on - positions beyond it give
+        garbage, not a longer memory."""
+        train = model.n_ctx_train if model is not None else 0
+        n_ctx = self.n_ctx or train or 4096
+        if train > 0 and n_ctx > train and not self.rope_scaled:
+            return train
+        return n_ctx
 
     def kv_bytes_per_token(self, model: ModelInfo) -> float:
         """Bytes of K and V per cached token over all layers."""

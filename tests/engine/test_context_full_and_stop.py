@@ -95,7 +95,7 @@ def test_stop_mid_prompt_within_100ms(tiny_model: Path) -> None:
 
     path = write_tiny_model(
         tiny_model.parent / "wide.gguf",
-        TinySpec(n_embd=512, n_head=8, n_head_kv=8, n_layer=4, n_ff=2048, seed=3),
+        TinySpec(n_embd=512, n_head=8, n_head_kv=8, n_layer=4, n_ff=2048, seed=3, n_ctx_train=8192),
     )
     with Engine.open(
         path, small_settings(n_ctx=4096, n_batch=4096, n_ubatch=256, n_seq_max=2)

@@ -139,3 +139,12 @@ def test_live_and_rebuild_changes() -> None:
 def test_invalid_sampling_is_refused(changes: dict[str, object]) -> None:
     with pytest.raises(ContextError):
         SamplingParams(**changes).validate()  # type: ignore[arg-type]
+
+
+def test_context_never_exceeds_training_length_without_rope_scaling() -> None:
+    info = _info(n_ctx_train=2048)
+    assert ContextSettings(n_ctx=8192).effective_n_ctx(info) == 2048
+    assert ContextSettings(n_ctx=0).effective_n_ctx(info) == 2048
+    assert ContextSettings(n_ctx=1024).effective_n_ctx(info) == 1024
+    assert ContextSettings(n_ctx=8192, rope_scaling_type="yarn").effective_n_ctx(info) == 8192
+    assert ContextSettings(n_ctx=8192).kv_bytes(info) == ContextSettings(n_ctx=2048).kv_bytes(info)

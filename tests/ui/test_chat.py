@@ -264,17 +264,19 @@ def test_settings_rebuild_keeps_tabs(qtbot: Any, make_window: Any) -> None:
     window.open_settings()
     panel = window.settings_panel()
     assert panel is not None and panel.isVisible()
-    new = ContextSettings.from_dict({**window.model["settings"], "n_ctx": 3072})
+    new = ContextSettings.from_dict(
+        {**window.model["settings"], "n_ctx": 1536}
+    )  # within the tiny model's 2,048
     panel.applyRequested.emit(new)
-    qtbot.waitUntil(lambda: window.model["settings"]["n_ctx"] == 3072, timeout=15000)
-    assert window.model["settings"]["n_ctx"] == 3072
-    assert window.app_settings.context["n_ctx"] == 3072
+    qtbot.waitUntil(lambda: window.model["settings"]["n_ctx"] == 1536, timeout=15000)
+    assert window.model["settings"]["n_ctx"] == 1536
+    assert window.app_settings.context["n_ctx"] == 1536
     after = {
         t.cid: engine_call(qtbot, window, lambda e, t=t: e.tokens(engine_key(window, t)))
         for t in tabs
     }
     assert after == before  # every tab kept its cache through the rebuild
-    qtbot.waitUntil(lambda: "/ 3,072 tokens" in tabs[0].meter_label.text(), timeout=5000)
+    qtbot.waitUntil(lambda: "/ 1,536 tokens" in tabs[0].meter_label.text(), timeout=5000)
     send(qtbot, tabs[0], "still here?")
     assert_reused(wait_idle(qtbot, tabs[0]), firsts[0])
     # a change of layout (KV type) re-processes instead, silently
