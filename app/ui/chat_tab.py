@@ -238,6 +238,25 @@ class ChatTab(QWidget):
             "to add a GGUF file, then come back here."
         )
 
+    def _show_branch(self) -> None:
+        """Show ``branch``, keeping the widgets of the messages already shown in front (a
+        new turn adds two widgets instead of rebuilding, and querying, the whole chat)."""
+        shown = [w.data.id for w in self.view.messages()]
+        keep = 0
+        for widget_id, message in zip(shown, self.branch, strict=False):
+            if widget_id != message.id:
+                break
+            keep += 1
+        self.view.setUpdatesEnabled(False)
+        try:
+            self.view.keep_first(keep)
+            for message in self.branch[keep:]:
+                self.view.append(message_data(self.db, message))
+        finally:
+            self.view.setUpdatesEnabled(True)
+        self.view.follow = True
+        self.view.scroll_to_end()
+
     def leaf_id(self) -> int | None:
         return self.branch[-1].id if self.branch else None
 
@@ -398,7 +417,7 @@ class ChatTab(QWidget):
             self.host.show_message(str(exc))
             return
         history = engine_messages(self.branch[:-1])
-        self.view.set_messages([message_data(self.db, m) for m in self.branch])
+        self._show_branch()
         last = self.view.last()
         if last is not None:
             last.set_streaming(True)

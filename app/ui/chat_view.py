@@ -414,6 +414,14 @@ class ChatView(QScrollArea):
         self.follow = True
         self.scroll_to_end()
 
+    def keep_first(self, n: int) -> None:
+        """Remove every message widget after the first ``n``."""
+        for w in self._widgets[n:]:
+            w.setParent(None)
+            w.deleteLater()
+        del self._widgets[n:]
+        self._placeholder.setVisible(bool(self._placeholder.text()) and not self._widgets)
+
     def append(self, data: MessageData) -> MessageWidget:
         widget = self._add(data)
         self.follow = True

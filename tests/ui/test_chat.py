@@ -333,8 +333,12 @@ def test_next_turn_processes_only_the_new_message(qtbot: Any, make_window: Any) 
     words(tab, 12)
     send(qtbot, tab, "question number 0")
     first = wait_idle(qtbot, tab)
+    shown = tab.view.messages()
     send(qtbot, tab, "question number 1")
     assert_reused(wait_idle(qtbot, tab), first)
+    # the new turn added two widgets; the ones already shown were kept
+    assert tab.view.messages()[:2] == shown and len(tab.view.messages()) == 4
+    assert [w.data.id for w in tab.view.messages()] == [m.id for m in tab.branch]
 
 
 def test_when_full_policy_is_per_tab(qtbot: Any, make_window: Any) -> None:
