@@ -960,9 +960,10 @@ class MainWindow(QMainWindow):
             self.memory_label.setText("")
             return
         settings = info.get("settings", {})
+        n_ctx = int(info.get("n_ctx") or settings.get("n_ctx") or 0)
         self.model_label.setText(
             f"{info.get('display_name')} · {info.get('params_label')} · {info.get('file_type')} · "
-            f"context {settings.get('n_ctx')} × {settings.get('n_seq_max')} tabs resident"
+            f"context {n_ctx:,} × {settings.get('n_seq_max')} tabs resident"
         )
         self.memory_label.setText(
             f"Model {format_bytes(float(info.get('model_bytes', 0)))} · "

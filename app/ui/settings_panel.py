@@ -919,6 +919,12 @@ class SettingsPanel(QDialog):
         ]
         if settings.n_ctx == 0:
             lines.append(f"Context size 0 uses the model's {n_ctx:,} tokens.")
+        elif n_ctx < settings.n_ctx:
+            lines.append(
+                f"The model was trained for {n_ctx:,} tokens: the context is held to that "
+                "(positions past it give garbage, not a longer memory) unless RoPE scaling "
+                "is on."
+            )
         n_seq = max(1, settings.n_seq_max)
         if settings.kv_unified:
             lines.append(

@@ -434,6 +434,7 @@ class EngineWorker(QObject):
         model = engine.model
         assert model is not None
         settings = engine.settings
+        memory = engine.memory()
         return {
             **info.to_dict(),
             "display_name": info.display_name,
@@ -441,7 +442,8 @@ class EngineWorker(QObject):
             "settings": settings.to_dict(),
             "fingerprint": engine.model_fingerprint,
             "model_bytes": model.size_bytes,
-            "kv_bytes": settings.kv_bytes(info),
+            "kv_bytes": memory["kv_bytes"],
+            "n_ctx": memory["n_ctx"],  # what the context got (the settings may ask for more)
             "n_ctx_seq": engine.n_ctx_seq,
         }
 

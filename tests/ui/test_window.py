@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QTableWidget
+from PySide6.QtWidgets import QLabel, QTableWidget
 
 from app import paths
 from app.ui import markdown
@@ -262,3 +262,17 @@ def test_exit_after_show(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
     saved = json.loads((tmp_path / "home" / "settings.json").read_text())
     assert saved["window_geometry"]  # closed the normal way: the window was saved
+
+
+def test_status_bar_shows_the_context_the_model_got(qtbot: Any, make_window: Any) -> None:
+    # the tiny model was trained for 2,048 tokens: a larger setting is held to that
+    window, _ = make_window(context={"n_ctx": 4096})
+    assert "context 2,048 × 4 tabs resident" in window.model_label.text()
+    tab = window.new_tab()
+    qtbot.waitUntil(lambda: "/ 2,048 tokens" in tab.meter_label.text(), timeout=5000)
+    window.open_settings()
+    panel = window.settings_panel()
+    assert panel is not None
+    estimate = panel.findChild(QLabel, "estimateLabel")
+    assert estimate is not None and "trained for 2,048 tokens" in estimate.text()
+    panel.close()
