@@ -37,7 +37,7 @@ OUT = ROOT / "docs"
 CONVERSATION = ["Hello!", "How do I fork a conversation?", "What is 23 + 45?"]
 OTHER_TABS = [["What can you do?"], ["How do I close a tab?"]]
 GENERATING = ["What can you do?", "What does LlamaDesk do?"]
-CONTEXT = {"n_ctx": 2048, "n_seq_max": 4, "n_threads": 1, "n_threads_batch": 1}
+CONTEXT = {"n_seq_max": 4, "n_threads": 1, "n_threads_batch": 1}  # else the defaults
 PACE_S = 0.06  # per engine step while the "generating" screenshot is taken
 SEED = 42
 
