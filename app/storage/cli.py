@@ -104,6 +104,8 @@ def cmd_chats(args: argparse.Namespace) -> int:
                 print("No messages match.", file=sys.stderr)
             return 0
         conversations = db.list_conversations(include_archived=args.archived)
+    if not conversations:
+        print("No conversations yet.", file=sys.stderr)
     for c in conversations:
         marks = ("*" if c.pinned else " ") + ("A" if c.archived else " ")
         print(
