@@ -1,0 +1,332 @@
+#!/usr/bin/env python
+"""Train LlamaDesk's bundled demo model and write it as a llama-architecture GGUF.
+
+Everything is made here, nothing is downloaded: a synthetic chat corpus from templates
+(corpus.py), a byte-level BPE tokenizer compatible with llama.cpp's "qwen2" pre-tokenizer
+(tok.py), a tiny llama in PyTorch (model.py) and the GGUF export (export.py).  Besides the
+GGUF, small reference files are written next to it:
+
+* ``<stem>.reference.npz``  -- PyTorch logits for a few held-out token sequences,
+* ``<stem>.eval.json``      -- the fixed evaluation set (50 questions, 20 recall dialogues),
+* ``<stem>.tokenizer.json`` -- the trained tokenizer (for the tokenization equality check).
+
+Usage::
+
+    python scripts/demo_model/train.py --seed 0 --out resources/models/llamadesk-demo.gguf
+    python scripts/demo_model/train.py --check --out resources/models/llamadesk-demo.gguf
+
+Training needs ``torch`` (``pip install torch==2.13.0``); the checks need only llama-cpp-python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import corpus  # noqa: E402
+import tok  # noqa: E402
+
+N_CONVERSATIONS = 80_000
+N_COPY_CONVERSATIONS = 40_000
+VOCAB_SIZE = 3072
+
+
+def sidecar(out: Path, suffix: str) -> Path:
+    return out.with_name(out.name.removesuffix(".gguf") + suffix)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Example:
+    ids: list[int]
+    train: list[bool]  # train[i]: predict ids[i] from ids[:i] (assistant content + <|im_end|>)
+
+
+def encode_conversation(tk: object, conv: corpus.Conversation, ids_of: dict[str, int]) -> Example:
+    ids: list[int] = []
+    train: list[bool] = []
+    nl = tok.encode(tk, "\n")  # type: ignore[arg-type]
+    for m in conv.messages:
+        head = [ids_of[corpus.IM_START], *tok.encode(tk, m["role"] + "\n")]  # type: ignore[arg-type]
+        body = tok.encode(tk, m["content"])  # type: ignore[arg-type]
+        is_assistant = m["role"] == "assistant"
+        ids += head
+        train += [False] * len(head)
+        ids += [*body, ids_of[corpus.IM_END]]
+        train += [is_assistant] * (len(body) + 1)
+        ids += nl
+        train += [False] * len(nl)
+    return Example(ids, train)
+
+
+def pack(
+    examples: list[Example], seq_len: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Greedy packing into rows. Returns ids, targets-mask, doc ids (-1 = pad), positions."""
+    rows: list[list[Example]] = []
+    cur: list[Example] = []
+    used = 0
+    for ex in examples:
+        n = len(ex.ids)
+        if n > seq_len:
+            continue
+        if used + n > seq_len:
+            rows.append(cur)
+            cur, used = [], 0
+        cur.append(ex)
+        used += n
+    if cur:
+        rows.append(cur)
+    r = len(rows)
+    ids = np.zeros((r, seq_len), dtype=np.int64)
+    tgt = np.zeros((r, seq_len), dtype=bool)
+    doc = np.full((r, seq_len), -1, dtype=np.int64)
+    pos = np.zeros((r, seq_len), dtype=np.int64)
+    for i, row in enumerate(rows):
+        o = 0
+        for j, ex in enumerate(row):
+            n = len(ex.ids)
+            ids[i, o : o + n] = ex.ids
+            tgt[i, o : o + n] = ex.train
+            doc[i, o : o + n] = j
+            pos[i, o : o + n] = np.arange(n)
+            o += n
+    return ids, tgt, doc, pos
+
+
+# ---------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------
+
+
+def train(args: argparse.Namespace) -> None:
+    import torch
+    import torch.nn.functional as F
+    from model import Config, TinyLlama
+
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    rng = random.Random(args.seed)
+    out = Path(args.out)
+    t0 = time.time()
+
+    convs = corpus.build_corpus(args.seed, N_CONVERSATIONS)
+    texts = [c.text() for c in convs]
+    tk = tok.train_tokenizer(texts, VOCAB_SIZE)
+    ids_of = tok.special_ids(tk)
+    examples = [encode_conversation(tk, c, ids_of) for c in convs]
+    for ex, text in zip(examples[:2000], texts[:2000], strict=True):
+        assert ex.ids == tok.encode(tk, text), (
+            "segment-wise encoding differs from whole-text encoding"
+        )
+    ids_np, tgt_np, doc_np, pos_np = pack(examples, args.seq_len)
+    copy_examples = [
+        encode_conversation(tk, c, ids_of)
+        for c in corpus.build_copy_corpus(args.seed, N_COPY_CONVERSATIONS)
+    ]
+    copy_np = pack(copy_examples, args.seq_len)
+    n_rows = len(ids_np)
+    n_tok = int((doc_np >= 0).sum())
+    print(
+        f"corpus: {len(convs)} conversations, {n_tok} tokens "
+        f"({int(tgt_np.sum())} trained) in {n_rows} rows of {args.seq_len}; "
+        f"{time.time() - t0:.1f}s",
+        flush=True,
+    )
+
+    cfg = Config(
+        vocab_size=tk.get_vocab_size(),
+        d_model=args.d_model,
+        n_layer=args.n_layer,
+        n_head=args.n_head,
+        n_kv_head=args.n_kv_head,
+        d_ff=args.d_ff,
+    )
+    model = TinyLlama(cfg)
+    print(f"model: {cfg} params={model.n_params():,}", flush=True)
+
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr,
+        betas=(0.9, 0.98),
+        eps=1e-8,
+    )
+    main_data = tuple(torch.from_numpy(a) for a in (ids_np, tgt_np, doc_np, pos_np))
+    copy_data = tuple(torch.from_numpy(a) for a in copy_np)
+    order: list[int] = []
+    copy_order: list[int] = []
+    warmup = max(1, int(args.steps * 0.04))
+    causal = torch.ones(args.seq_len, args.seq_len, dtype=torch.bool).tril()
+    model.train()
+    t_train = time.time()
+    ema = None
+    for step in range(args.steps):
+        lr = args.lr * (
+            (step + 1) / warmup
+            if step < warmup
+            else 0.5
+            * (1 + math.cos(math.pi * (step - warmup) / max(1, args.steps - warmup)))
+            * 0.95
+            + 0.05
+        )
+        for g in opt.param_groups:
+            g["lr"] = lr
+        # copy curriculum: the first --copy-steps steps draw only short copy dialogues
+        # (names, lists), so that the copying circuit forms before the full mixture
+        in_copy = step < args.copy_steps
+        data, queue = (copy_data, copy_order) if in_copy else (main_data, order)
+        if len(queue) < args.batch:
+            epoch = list(range(len(data[0])))
+            rng.shuffle(epoch)
+            queue += epoch
+        rows = queue[: args.batch]
+        del queue[: args.batch]
+        ids_t, tgt_t, doc_t, pos_t = data
+        ids = ids_t[rows]
+        doc = doc_t[rows]
+        mask = (doc[:, :, None] == doc[:, None, :]) & causal & (doc[:, :, None] >= 0)
+        mask |= torch.eye(args.seq_len, dtype=torch.bool)  # padding rows attend to themselves
+        hidden = model.hidden(ids, pos_t[rows], mask[:, None])
+        # predict token i+1 from position i where token i+1 is a trained (assistant) token
+        sel = tgt_t[rows][:, 1:]
+        h = hidden[:, :-1][sel]
+        targets = ids[:, 1:][sel]
+        logits = model.output(h)
+        loss = F.cross_entropy(logits, targets)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
+        if step % args.log_every == 0 or step == args.steps - 1:
+            el = time.time() - t_train
+            print(
+                f"step {step:5d}/{args.steps} loss {ema:.4f} lr {lr:.2e} "
+                f"{el:6.0f}s ({el / (step + 1):.2f}s/step)",
+                flush=True,
+            )
+        if args.checkpoint and ((step + 1) % 500 == 0 or step == args.steps - 1):
+            torch.save(
+                {"cfg": cfg.to_dict(), "step": step + 1, "model": model.state_dict()},
+                args.checkpoint,
+            )
+    print(f"training: {time.time() - t_train:.0f}s", flush=True)
+    model.eval()
+
+    # ---- export ----------------------------------------------------------------------------
+    weights = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    from export import write_gguf
+
+    desc = (
+        "Tiny demo chat model trained by scripts/demo_model/train.py "
+        f"(seed {args.seed}) on a synthetic corpus: LlamaDesk help, two-digit arithmetic, "
+        "name recall, list repetition."
+    )
+    write_gguf(out, cfg.to_dict(), weights, tk, description=desc)
+    tk.save(str(sidecar(out, ".tokenizer.json")))
+    evalset = corpus.build_eval(args.seed)
+    sidecar(out, ".eval.json").write_text(json.dumps(evalset, indent=1, ensure_ascii=False) + "\n")
+
+    # reference logits: last positions of a few held-out sequences (not training text)
+    seqs = reference_sequences(tk, evalset)
+    with torch.no_grad():
+        ref = [model(torch.tensor([s]))[0, -4:].numpy() for s in seqs]
+    lens = np.array([len(s) for s in seqs], dtype=np.int64)
+    flat = np.concatenate([np.array(s, dtype=np.int32) for s in seqs])
+    np.savez_compressed(
+        sidecar(out, ".reference.npz"), tokens=flat, lengths=lens, logits=np.stack(ref), last_n=4
+    )
+    print(
+        f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) in {time.time() - t0:.0f}s total",
+        flush=True,
+    )
+
+
+def reference_sequences(tk: object, evalset: dict[str, object]) -> list[list[int]]:
+    qs = evalset["questions"]  # type: ignore[index]
+    rec = evalset["recall"]  # type: ignore[index]
+    q = [x["question"] for x in qs]  # type: ignore[union-attr]
+    msgs1 = [{"role": "user", "content": q[0]}]
+    msgs2 = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": rec[0]["turn1"]},  # type: ignore[index]
+        {"role": "assistant", "content": corpus.NAME_REPLY.format(N=rec[0]["name"])},  # type: ignore[index]
+        {"role": "user", "content": q[30]},
+        {"role": "assistant", "content": qs[30]["expected"]},  # type: ignore[index]
+        {"role": "user", "content": rec[0]["turn3"]},  # type: ignore[index]
+    ]
+    msgs3 = []
+    for i in range(8):
+        msgs3 += [
+            {"role": "user", "content": q[i * 5]},
+            {"role": "assistant", "content": qs[i * 5]["expected"]},  # type: ignore[index]
+        ]
+    msgs3.append({"role": "user", "content": q[41]})
+    texts = [
+        corpus.render(msgs1, add_generation_prompt=True),
+        corpus.render(msgs2, add_generation_prompt=True),
+        corpus.render(msgs3, add_generation_prompt=True)[:1500],
+        "Unrelated text: The quick brown fox jumps over 13 lazy dogs; Zoë said 'naïve'?",
+    ]
+    return [tok.encode(tk, t)[:400] for t in texts]  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description="Train the LlamaDesk demo model (tiny llama, synthetic corpus) and export GGUF.",
+    )
+    p.add_argument("--seed", type=int, default=0, help="random seed (corpus, init, order)")
+    p.add_argument("--out", default="resources/models/llamadesk-demo.gguf", help="output GGUF path")
+    p.add_argument("--check", action="store_true", help="only run the llama.cpp checks on --out")
+    p.add_argument("--no-check", action="store_true", help="skip the checks after training")
+    p.add_argument("--steps", type=int, default=3000, help="optimizer steps")
+    p.add_argument("--batch", type=int, default=8, help="packed rows per step")
+    p.add_argument("--seq-len", type=int, default=256, help="tokens per packed row")
+    p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--n-layer", type=int, default=4)
+    p.add_argument("--n-head", type=int, default=8)
+    p.add_argument("--n-kv-head", type=int, default=4)
+    p.add_argument("--d-ff", type=int, default=768)
+    p.add_argument("--threads", type=int, default=2, help="torch / llama.cpp threads")
+    p.add_argument("--log-every", type=int, default=100)
+    p.add_argument("--copy-steps", type=int, default=600, help="copy-curriculum steps first")
+    p.add_argument("--checkpoint", default="", help="also save the PyTorch weights here")
+    args = p.parse_args(argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    if not args.check:
+        train(args)
+        if args.no_check:
+            return 0
+    import checks
+
+    return checks.run_all(Path(args.out), seed=args.seed, threads=args.threads)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
