@@ -439,8 +439,13 @@ class Engine:
             return tokens
         tail = model.tokenize(new[len(held) :], add_special=False, parse_special=True)
         candidate = seq.tokens + tail
-        # A different split never costs more than a few tokens; anything else is suspicious.
-        return candidate if abs(len(candidate) - len(tokens)) <= 8 else tokens
+        # Accept only the same bytes split another way: a vocabulary that adds a space in
+        # front of every text run (SentencePiece) would otherwise slip in text the template
+        # never rendered.
+        same_text = b"".join(
+            model.piece(t, special=True) for t in candidate[common:]
+        ) == new.encode("utf-8")
+        return candidate if same_text else tokens
 
     def _system_tokens(self, head: list[Message], tokens: list[int]) -> int:
         model = self._need_model()
