@@ -145,6 +145,8 @@ class Context:
             return self.abort_requested
 
         self._abort_cb = llama_cpp.ggml_abort_callback(on_abort)
+        self._no_abort_cb = llama_cpp.ggml_abort_callback()  # NULL: no check
+        self._abort_enabled = True
         params.abort_callback = self._abort_cb
         llama_log.clear()
         handle = llama_cpp.llama_init_from_model(model.handle, params)
@@ -228,6 +230,20 @@ class Context:
         llama_cpp.llama_memory_clear(self.memory, True)
 
     # -- compute --------------------------------------------------------------------------
+
+    def set_abort_check(self, enabled: bool) -> None:
+        """Check the stop flag inside ``llama_decode`` only when it can take long.
+
+        The callback is Python: llama.cpp calls it after every graph node, and each call
+        needs the GIL. Generation-only steps are short (a stop waits for the next step);
+        batches with prompt chunks keep it, so a stop lands within a micro-batch.
+        """
+        if enabled == self._abort_enabled:
+            return
+        llama_cpp.llama_set_abort_callback(
+            self.handle, self._abort_cb if enabled else self._no_abort_cb, ctypes.c_void_p(0)
+        )
+        self._abort_enabled = enabled
 
     def decode(self) -> DecodeResult:
         batch = self.batch

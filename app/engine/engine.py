@@ -719,6 +719,7 @@ class Engine:
             spans = self._build_batch(events, prompt_cap)
             if not spans:
                 return events
+            ctx.set_abort_check(any(not seq.generating for seq, _, _ in spans))
             started = time.perf_counter()
             result = ctx.decode()
             elapsed_ms = (time.perf_counter() - started) * 1000.0
@@ -1045,9 +1046,21 @@ class Engine:
             return False
         if len(state.tokens) >= self.n_ctx_seq:
             return False
-        if not ctx.state_set(seq.seq_id, state.blob):
+        while not ctx.state_set(seq.seq_id, state.blob):
             ctx.seq_rm(seq.seq_id, -1, -1)
-            return False
+            # No room in the shared cache: idle tabs leave for their parked state first,
+            # since re-processing would cost far more than restoring.
+            idle = sorted(
+                (
+                    s
+                    for s in self._seqs.values()
+                    if s is not seq and not s.busy and s.seq_id is not None and s.tokens
+                ),
+                key=lambda s: s.last_used,
+            )
+            if not idle:
+                return False
+            self._evict(idle[0], self._side_events)
         if ctx.seq_pos_max(seq.seq_id) + 1 != len(state.tokens):
             ctx.seq_rm(seq.seq_id, -1, -1)
             return False

@@ -213,3 +213,23 @@ def test_refusal_reason_is_kept(engine: Engine, tiny_model_twin: Path) -> None:
         k = twin.open_sequence()
         assert twin.restore_state(k, data) is False
         assert twin.last_restore_error and "another model" in twin.last_restore_error
+
+
+def test_restore_makes_room_by_parking_idle_sequences(tiny_model: Path) -> None:
+    with Engine.open(tiny_model, small_settings(n_ctx=512, n_seq_max=4)) as engine:
+        first = engine.open_sequence()
+        engine.set_tokens(first, [1] + [300] * 300)
+        engine.prefill(first)
+        engine.run_until_done(first)
+        saved = engine.save_state(first)
+        idle = engine.open_sequence()
+        engine.set_tokens(idle, [1] + [301] * 300)
+        engine.prefill(idle)
+        engine.run_until_done(idle)
+        engine.close_sequence(first)
+        target = engine.open_sequence()
+        # 301 + 301 cells do not fit in 512: the idle sequence is parked, not the restore refused.
+        assert engine.restore_state(target, saved) is True
+        assert engine.pending_tokens(target) == []
+        assert engine.info(idle).resident is False
+        assert engine.parked_state(idle) is not None
