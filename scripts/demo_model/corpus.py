@@ -560,8 +560,8 @@ def random_name(rng: random.Random) -> str:
             return name
 
 
-def _random_word(rng: random.Random) -> str:
-    if rng.random() < 0.88:
+def _random_word(rng: random.Random, common_only: bool = False) -> str:
+    if common_only or rng.random() < 0.88:
         return rng.choice(LIST_WORDS)
     return _syllables(rng, rng.choice([1, 2, 2, 3]))
 
@@ -642,12 +642,14 @@ def turn_multiply(rng: random.Random) -> tuple[str, str]:
     return rng.choice(MULTIPLY_TEMPLATES).format(a=a, b=b), MULTIPLY
 
 
-def turn_repeat(rng: random.Random, held_out: bool = False) -> tuple[str, str]:
+def turn_repeat(
+    rng: random.Random, held_out: bool = False, common_only: bool = False
+) -> tuple[str, str]:
     while True:
         n = rng.choice([2, 3, 3, 3, 4, 4, 5, 6])
         items: list[str] = []
         while len(items) < n:
-            w = _random_word(rng)
+            w = _random_word(rng, common_only)
             if w not in items:
                 items.append(w)
         if is_held_out_list(items) == held_out:
@@ -800,7 +802,7 @@ def build_eval(seed: int) -> dict[str, object]:
         n_arith += add("arith", template.format(a=a, b=b), arith_answer(a, op, b))
     n_rep = 0
     while n_rep < 6:
-        q, a = turn_repeat(rng, held_out=True)
+        q, a = turn_repeat(rng, held_out=True, common_only=True)
         if n_rep < 2:
             q = "Repeat after me: " + a
         n_rep += add("repeat", q, a)

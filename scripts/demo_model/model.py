@@ -107,6 +107,10 @@ class TinyLlama(nn.Module):
         self.output_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.output = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self._init()
+        # Tied embeddings: copying a token (names, lists) then needs no per-token mapping from
+        # input to output embedding, so it generalizes to rare and unseen name pieces. The GGUF
+        # still gets both token_embd and output (same values).
+        self.output.weight = self.tok_embd.weight
 
     def _init(self) -> None:
         std = 0.02
@@ -141,4 +145,4 @@ class TinyLlama(nn.Module):
         return self.output(self.hidden(ids))
 
     def n_params(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+        return sum(p.numel() for p in self.parameters())  # counts the tied matrix once

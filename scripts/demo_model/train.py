@@ -161,9 +161,15 @@ def train(args: argparse.Namespace) -> None:
     )
     model = TinyLlama(cfg)
     print(f"model: {cfg} params={model.n_params():,}", flush=True)
+    if args.from_checkpoint:  # export (and check) saved weights instead of training
+        saved = torch.load(args.from_checkpoint)
+        assert saved["cfg"] == cfg.to_dict(), "checkpoint was made with other settings"
+        model.load_state_dict(saved["model"])
+        print(f"loaded {args.from_checkpoint} (step {saved['step']}); not training", flush=True)
+        args.steps = 0
 
-    decay = [p for n, p in model.named_parameters() if p.dim() == 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2 and "tok_embd" not in n]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 or "tok_embd" in n]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
         lr=args.lr,
@@ -233,7 +239,7 @@ def train(args: argparse.Namespace) -> None:
     model.eval()
 
     # ---- export ----------------------------------------------------------------------------
-    weights = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    weights = {k: v.detach().float().numpy().copy() for k, v in model.state_dict().items()}
     from export import write_gguf
 
     desc = (
@@ -303,10 +309,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="resources/models/llamadesk-demo.gguf", help="output GGUF path")
     p.add_argument("--check", action="store_true", help="only run the llama.cpp checks on --out")
     p.add_argument("--no-check", action="store_true", help="skip the checks after training")
-    p.add_argument("--steps", type=int, default=3000, help="optimizer steps")
+    p.add_argument("--steps", type=int, default=4200, help="optimizer steps")
     p.add_argument("--batch", type=int, default=8, help="packed rows per step")
     p.add_argument("--seq-len", type=int, default=256, help="tokens per packed row")
-    p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
+    p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--n-layer", type=int, default=4)
     p.add_argument("--n-head", type=int, default=8)
@@ -316,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-every", type=int, default=100)
     p.add_argument("--copy-steps", type=int, default=600, help="copy-curriculum steps first")
     p.add_argument("--checkpoint", default="", help="also save the PyTorch weights here")
+    p.add_argument("--from-checkpoint", default="", help="export saved weights, do not train")
     args = p.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
