@@ -182,7 +182,7 @@ def _context_settings(args: argparse.Namespace, n_seq: int) -> Any:
         n_ubatch=min(512, args.batch_size),
         n_seq_max=max(1, n_seq),
     )
-    if args.threads:
+    if args.threads is not None:  # 0 or negative is refused by validation, not ignored
         settings.n_threads = settings.n_threads_batch = args.threads
     return settings
 
@@ -215,7 +215,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         for key in keys:
             if args.resume_session:
                 if not Path(args.resume_session).is_file():
-                    raise LlamaDeskError(f"The session file {args.resume_session} does not exist.")
+                    raise LlamaDeskError(
+                        f"The session file {args.resume_session} does not exist or is not a file."
+                    )
                 if not engine.restore_state_file(key, args.resume_session):
                     raise LlamaDeskError(
                         f"The session file {args.resume_session} cannot be used with this model or these settings "
@@ -275,6 +277,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from app.engine.bench import run_bench
 
+    for name in ("tabs", "n_prompt", "n_gen", "n_state"):
+        if getattr(args, name) < 1:
+            raise LlamaDeskError(
+                f"--{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}."
+            )
+    if args.threads is not None and args.threads < 1:
+        raise LlamaDeskError(f"-t must be at least 1, not {args.threads}.")
     path = Path(args.model) if args.model else default_model_path()
     result = run_bench(
         path,

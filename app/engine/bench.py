@@ -37,6 +37,12 @@ def run_bench(
     greedy = SamplingParams(temperature=0.0, max_tokens=n_gen)
     result: dict[str, Any] = {"model": str(path)}
     with Engine.open(path, settings) as engine:
+        # A model with a short training context (the demo model: 512) gets a smaller test.
+        limit = engine.n_ctx_seq
+        n_prompt = min(n_prompt, limit // 2)
+        n_gen = min(n_gen, max(1, limit // 4))
+        n_state = min(n_state, limit - 8)
+        result.update(n_prompt=n_prompt, n_gen=n_gen, n_state=n_state)
         prompt = _random_tokens(engine, n_prompt)
         key = engine.open_sequence()
         engine.set_tokens(key, prompt)

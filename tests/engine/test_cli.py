@@ -128,6 +128,8 @@ def test_resume_refuses_a_damaged_session(tiny_model: Path, tmp_path: Path) -> N
         (["run", "MODEL", "hi", "--temp", "-1"], "Temperature"),
         (["run", "MODEL", "hi", "--parallel", "0"], "--parallel"),
         (["run", "MODEL", "hi", "--resume-session", "/nonexistent"], "does not exist"),
+        (["run", "MODEL", "hi", "-t", "0"], "Threads"),
+        (["bench", "MODEL", "--tabs", "0"], "--tabs must be at least 1"),
     ],
 )
 def test_errors_exit_2_with_one_sentence(tiny_model: Path, args: list[str], message: str) -> None:
