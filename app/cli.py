@@ -21,7 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Chat with local GGUF language models. Without a subcommand, opens the window.",
     )
     parser.add_argument("--version", action="version", version=f"LlamaDesk {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log on stderr")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show llama.cpp's log on stderr"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     from app import engine_cli
 
@@ -47,7 +49,9 @@ def _configure_logging(verbose: bool) -> None:
     """Warnings to stderr; llama.cpp's own chatter only with --verbose."""
     import logging
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(name)s: %(message)s"
+    )
     logging.getLogger("llama.cpp").setLevel(logging.INFO if verbose else logging.ERROR)
 
 

@@ -39,8 +39,9 @@ from app.engine.metadata import ModelInfo
 from app.engine.model import Model, ProgressCallback
 from app.engine.sampling import Sampler
 from app.engine.settings import ContextSettings, ModelSettings, SamplingParams
-from app.engine.state_file import SequenceState, write_atomic
+from app.engine.state_file import SequenceState
 from app.engine.text import StopMatcher, Utf8Stream
+from app.fsutil import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -1132,7 +1133,7 @@ class Engine:
     def save_state_file(self, key: int, path: str | os.PathLike[str]) -> int:
         data = self.save_state(key)
         try:
-            write_atomic(path, data)
+            atomic_write_bytes(Path(path), data)
         except OSError as exc:
             raise StateError(
                 f"The state file {path} cannot be written: {exc.strerror or exc}."

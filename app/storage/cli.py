@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.fsutil import atomic_write_bytes
 from app.storage import export as exporter
-from app.storage._fs import atomic_write_bytes
 from app.storage.database import Database
 from app.storage.errors import StorageError
 

@@ -9,7 +9,7 @@ import re
 import sqlite3
 import unicodedata
 from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from app.storage._core import DatabaseCore
 from app.storage._snippet import make_snippet, query_terms
@@ -97,6 +97,58 @@ def fts_query(text: str) -> str | None:
 
 def _json_dump(value: Mapping[str, Any]) -> str:
     return json.dumps(dict(value), ensure_ascii=False, sort_keys=True)
+
+
+class MessageRow(Protocol):
+    """The stored fields of a message, as both :class:`Message` and an import spec have them."""
+
+    # read-only properties, so that dataclasses with narrower field types match
+    @property
+    def role(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def created_at(self) -> float: ...
+    @property
+    def updated_at(self) -> float: ...
+    @property
+    def token_count(self) -> int | None: ...
+    @property
+    def prompt_tokens(self) -> int | None: ...
+    @property
+    def tokens_per_second(self) -> float | None: ...
+    @property
+    def model_path(self) -> str | None: ...
+    @property
+    def meta(self) -> Mapping[str, Any]: ...
+
+
+def insert_message_row(
+    conn: sqlite3.Connection, conversation_id: int, parent_id: int | None, m: MessageRow
+) -> int:
+    """Copy a message (with its timestamps and figures) under ``parent_id``; returns its id."""
+    cur = conn.execute(
+        "INSERT INTO messages (conversation_id, parent_id, role, content, status,"
+        " created_at, updated_at, token_count, prompt_tokens, tokens_per_second,"
+        " model_path, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            conversation_id,
+            parent_id,
+            m.role,
+            m.content,
+            m.status,
+            m.created_at,
+            m.updated_at,
+            m.token_count,
+            m.prompt_tokens,
+            m.tokens_per_second,
+            m.model_path,
+            _json_dump(m.meta),
+        ),
+    )
+    return int(cast(int, cur.lastrowid))
 
 
 def _json_load(text: str | None) -> dict[str, Any]:
@@ -659,26 +711,7 @@ class ConversationsMixin(DatabaseCore):
             new_id = int(cast(int, cur.lastrowid))
             parent: int | None = None
             for m in thread:
-                cur = conn.execute(
-                    "INSERT INTO messages (conversation_id, parent_id, role, content, status,"
-                    " created_at, updated_at, token_count, prompt_tokens, tokens_per_second,"
-                    " model_path, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        new_id,
-                        parent,
-                        m.role,
-                        m.content,
-                        m.status,
-                        m.created_at,
-                        m.updated_at,
-                        m.token_count,
-                        m.prompt_tokens,
-                        m.tokens_per_second,
-                        m.model_path,
-                        _json_dump(m.meta),
-                    ),
-                )
-                parent = int(cast(int, cur.lastrowid))
+                parent = insert_message_row(conn, new_id, parent, m)
             conn.execute(
                 "UPDATE conversations SET current_leaf_id = ? WHERE id = ?", (parent, new_id)
             )

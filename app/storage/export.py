@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from app import __version__
-from app.storage.conversations import _json_dump
+from app.storage.conversations import _json_dump, insert_message_row
 from app.storage.database import Database
 from app.storage.errors import ImportValidationError, StorageError
 from app.storage.models import ROLES, STATUSES, TITLE_SOURCES, Conversation
@@ -407,26 +407,8 @@ def import_json(db: Database, data: Any) -> list[int]:
             conversation_id = int(cast(int, cur.lastrowid))
             ids: dict[int | str, int] = {}
             for m in spec.messages:
-                cur = conn.execute(
-                    "INSERT INTO messages (conversation_id, parent_id, role, content, status,"
-                    " created_at, updated_at, token_count, prompt_tokens, tokens_per_second,"
-                    " model_path, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        conversation_id,
-                        ids[m.parent] if m.parent is not None else None,
-                        m.role,
-                        m.content,
-                        m.status,
-                        m.created_at,
-                        m.updated_at,
-                        m.token_count,
-                        m.prompt_tokens,
-                        m.tokens_per_second,
-                        m.model_path,
-                        _json_dump(m.meta),
-                    ),
-                )
-                ids[m.key] = int(cast(int, cur.lastrowid))
+                parent = ids[m.parent] if m.parent is not None else None
+                ids[m.key] = insert_message_row(conn, conversation_id, parent, m)
             if spec.current_leaf is not None:
                 conn.execute(
                     "UPDATE conversations SET current_leaf_id = ? WHERE id = ?",

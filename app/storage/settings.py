@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from app import paths
-from app.storage._fs import atomic_write_bytes
+from app.fsutil import atomic_write_bytes
 from app.storage.errors import StorageError
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from app import paths
-from app.storage._fs import atomic_write_bytes
+from app.fsutil import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""Small file-system helpers: atomic writes that survive a crash at any moment."""
+"""File-system helpers shared by the engine and storage: atomic writes that survive a crash at
+any moment (a reader sees the old file or the new one, never half)."""
 
 from __future__ import annotations
 
