@@ -18,8 +18,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from PySide6.QtCore import QEvent, Qt, Signal, Slot
-from PySide6.QtGui import QFont, QPalette, QShowEvent, QWheelEvent
+from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
+from PySide6.QtGui import QFont, QPalette, QShowEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -410,30 +410,23 @@ _REBUILD_TIP = (
 _LIVE_TIP = "Changing this takes effect immediately, without rebuilding the context."
 
 
-class _SpinBox(QSpinBox):
-    """Ignores the mouse wheel unless focused, so scrolling the panel never edits values."""
+class _WheelGuard(QObject):
+    """Scrolling the panel must never edit a value: a guarded editor takes the mouse wheel only
+    when it has keyboard focus; otherwise the ignored event goes on to the scroll area."""
 
-    def wheelEvent(self, event: QWheelEvent) -> None:
-        if self.hasFocus():
-            super().wheelEvent(event)
-        else:
+    def guard(self, widget: QWidget) -> None:
+        widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # the wheel alone gives no focus
+        widget.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if (
+            event.type() == QEvent.Type.Wheel
+            and isinstance(watched, QWidget)
+            and not watched.hasFocus()
+        ):
             event.ignore()
-
-
-class _DoubleSpinBox(QDoubleSpinBox):
-    def wheelEvent(self, event: QWheelEvent) -> None:
-        if self.hasFocus():
-            super().wheelEvent(event)
-        else:
-            event.ignore()
-
-
-class _ComboBox(QComboBox):
-    def wheelEvent(self, event: QWheelEvent) -> None:
-        if self.hasFocus():
-            super().wheelEvent(event)
-        else:
-            event.ignore()
+            return True
+        return False
 
 
 class SettingsPanel(QDialog):
@@ -471,6 +464,7 @@ class SettingsPanel(QDialog):
         self._secondary: list[QLabel] = []
         self._flagged: set[str] = set()
         self._preset_dialog: QInputDialog | None = None
+        self._wheel_guard = _WheelGuard(self)
         self._build()
         self.set_settings(settings)
         self.set_presets(self._presets)
@@ -622,7 +616,8 @@ class SettingsPanel(QDialog):
     def _build_presets(self) -> QHBoxLayout:
         row = QHBoxLayout()
         row.addWidget(QLabel("Preset:"))
-        self._preset_combo = _ComboBox()
+        self._preset_combo = QComboBox()
+        self._wheel_guard.guard(self._preset_combo)
         self._preset_combo.setObjectName("presetCombo")
         self._preset_combo.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
         self._preset_combo.activated.connect(self._on_preset_chosen)
@@ -685,21 +680,21 @@ class SettingsPanel(QDialog):
 
     def _make_editor(self, spec: _Field) -> QWidget:
         if spec.kind == "int":
-            spin = _SpinBox()
+            spin = QSpinBox()
+            self._wheel_guard.guard(spin)
             spin.setRange(int(spec.minimum), int(spec.maximum))
             spin.setSingleStep(int(spec.step))
             spin.setGroupSeparatorShown(True)
-            spin.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
             if spec.special:
                 spin.setSpecialValueText(spec.special)
             spin.valueChanged.connect(self._on_edited)
             return spin
         if spec.kind == "float":
-            dspin = _DoubleSpinBox()
+            dspin = QDoubleSpinBox()
+            self._wheel_guard.guard(dspin)
             dspin.setDecimals(spec.decimals)
             dspin.setRange(spec.minimum, spec.maximum)
             dspin.setSingleStep(spec.step)
-            dspin.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
             if spec.special:
                 dspin.setSpecialValueText(spec.special)
             dspin.valueChanged.connect(self._on_edited)
@@ -708,8 +703,8 @@ class SettingsPanel(QDialog):
             check = QCheckBox()
             check.toggled.connect(self._on_edited)
             return check
-        combo = _ComboBox()
-        combo.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        combo = QComboBox()
+        self._wheel_guard.guard(combo)
         for value, text in spec.choices:
             combo.addItem(text, value)
         combo.currentIndexChanged.connect(self._on_edited)

@@ -373,6 +373,49 @@ def test_panel_fits_the_screen_and_scrolls(qtbot: QtBot) -> None:
     panel.close()
 
 
+def test_wheel_edits_only_a_focused_field(qtbot: QtBot) -> None:
+    from PySide6.QtCore import QPoint, QPointF
+    from PySide6.QtGui import QWheelEvent
+    from PySide6.QtWidgets import QApplication
+
+    panel = SettingsPanel(ContextSettings(n_threads=4, n_threads_batch=4))
+    qtbot.addWidget(panel)
+    panel.show()
+    qtbot.waitExposed(panel)
+    editor = spin(panel, "n_batch")
+    before = editor.value()
+
+    def wheel_down() -> bool:
+        centre = QPointF(editor.rect().center())
+        event = QWheelEvent(
+            centre,
+            QPointF(editor.mapToGlobal(QPoint(0, 0))) + centre,
+            QPoint(0, 0),
+            QPoint(0, -120),
+            Qt.MouseButton.NoButton,
+            Qt.KeyboardModifier.NoModifier,
+            Qt.ScrollPhase.NoScrollPhase,
+            False,
+        )
+        QApplication.sendEvent(editor, event)
+        return event.isAccepted()
+
+    assert editor.focusPolicy() == Qt.FocusPolicy.StrongFocus
+    assert not editor.hasFocus()
+    # not focused: the value stays and the event is left unaccepted, which is what lets Qt
+    # hand a real wheel event on to the scroll area (synthetic events do not propagate)
+    assert not wheel_down()
+    assert editor.value() == before
+    editor.setFocus()
+    qtbot.waitUntil(editor.hasFocus)
+    assert wheel_down()
+    assert editor.value() != before  # focused: the wheel edits it
+    for kind in (QSpinBox, QDoubleSpinBox, QComboBox):
+        assert all(
+            w.focusPolicy() == Qt.FocusPolicy.StrongFocus for w in panel.findChildren(kind)
+        ), kind
+
+
 def test_panel_colours_follow_the_theme(qtbot: QtBot) -> None:
     from app.ui import theme
 
