@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.gguf_models import CHATML_TEMPLATE, IM_END_ID, vocabulary
+from tests.support.gguf_models import add_llama_header, llama_tensor_shapes, vocabulary
 
 CACHE_DIR = Path(os.environ.get("LLAMADESK_BENCH_CACHE", "~/.cache/llamadesk-bench")).expanduser()
 
@@ -65,22 +65,9 @@ class BenchSpec:
         return sum(int(np.prod(shape)) for _, shape in self.tensor_shapes())
 
     def tensor_shapes(self) -> Iterator[tuple[str, tuple[int, ...]]]:
-        """Tensor names and numpy shapes (rows = output features), in file order."""
-        d, hd = self.n_embd, self.head_dim
-        yield "token_embd.weight", (self.n_vocab, d)
-        for i in range(self.n_layer):
-            p = f"blk.{i}."
-            yield p + "attn_norm.weight", (d,)
-            yield p + "attn_q.weight", (self.n_head * hd, d)
-            yield p + "attn_k.weight", (self.n_head_kv * hd, d)
-            yield p + "attn_v.weight", (self.n_head_kv * hd, d)
-            yield p + "attn_output.weight", (d, self.n_head * hd)
-            yield p + "ffn_norm.weight", (d,)
-            yield p + "ffn_gate.weight", (self.n_ff, d)
-            yield p + "ffn_up.weight", (self.n_ff, d)
-            yield p + "ffn_down.weight", (d, self.n_ff)
-        yield "output_norm.weight", (d,)
-        yield "output.weight", (self.n_vocab, d)
+        return llama_tensor_shapes(
+            self.n_vocab, self.n_embd, self.n_head, self.n_head_kv, self.n_layer, self.n_ff
+        )
 
 
 def bench_vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
@@ -114,33 +101,25 @@ def _tensor(
 
 def write_f16(path: Path, spec: BenchSpec) -> None:
     """Stream the F16 model to ``path`` one tensor at a time (peak memory: one tensor)."""
-    tokens, scores, types = bench_vocabulary(spec.n_vocab)
+    vocab = bench_vocabulary(spec.n_vocab)
     silent = [
         i
-        for i, t in enumerate(types)
+        for i, t in enumerate(vocab[2])
         if t in (int(gguf.TokenType.CONTROL), int(gguf.TokenType.UNKNOWN))
     ]
     writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("llamadesk-bench-1.1b")
-    writer.add_context_length(spec.n_ctx_train)
-    writer.add_embedding_length(spec.n_embd)
-    writer.add_block_count(spec.n_layer)
-    writer.add_feed_forward_length(spec.n_ff)
-    writer.add_head_count(spec.n_head)
-    writer.add_head_count_kv(spec.n_head_kv)
-    writer.add_rope_dimension_count(spec.head_dim)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(tokens)
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(IM_END_ID)
-    writer.add_add_bos_token(True)
-    writer.add_add_eos_token(False)
-    writer.add_chat_template(CHATML_TEMPLATE)
+    add_llama_header(
+        writer,
+        name="llamadesk-bench-1.1b",
+        n_ctx_train=spec.n_ctx_train,
+        n_embd=spec.n_embd,
+        n_layer=spec.n_layer,
+        n_ff=spec.n_ff,
+        n_head=spec.n_head,
+        n_head_kv=spec.n_head_kv,
+        file_type=gguf.LlamaFileType.MOSTLY_F16,
+        vocab=vocab,
+    )
     shapes = list(spec.tensor_shapes())
     for name, shape in shapes:
         dtype = np.dtype(np.float32 if len(shape) == 1 else np.float16)

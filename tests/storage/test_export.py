@@ -203,18 +203,19 @@ def test_failure_during_insert_rolls_back_everything(
     data["conversations"] *= 3
     import app.storage.export as export_module
 
-    real = export_module._json_dump
+    real = export_module.insert_message_row
     calls = {"n": 0}
 
-    def failing(value: Any) -> str:
+    def failing(*args: Any) -> int:
         calls["n"] += 1
-        if calls["n"] > 10:
+        if calls["n"] > 10:  # some conversations and messages are already in
             raise OSError("disk on fire")
-        return real(value)
+        return real(*args)
 
-    monkeypatch.setattr(export_module, "_json_dump", failing)
+    monkeypatch.setattr(export_module, "insert_message_row", failing)
     with pytest.raises(OSError):
         import_json(db, data)
+    assert calls["n"] == 11
     assert export_json(db)["conversations"] == before
 
 

@@ -8,6 +8,7 @@ need text that makes sense use the project's demo model.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -76,24 +77,53 @@ def vocabulary() -> tuple[list[str], list[float], list[int]]:
 IM_END_ID = 260  # index of "<|im_end|>" in vocabulary()
 
 
-def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
-    """Write a llama GGUF with random weights to ``path`` and return it."""
-    tokens, scores, types = vocabulary()
-    n_vocab = len(tokens)
-    head_dim = spec.n_embd // spec.n_head
-    rng = np.random.default_rng(spec.seed)
+def llama_tensor_shapes(
+    n_vocab: int, n_embd: int, n_head: int, n_head_kv: int, n_layer: int, n_ff: int
+) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """A llama's tensor names and numpy shapes (rows = output features), in file order."""
+    d, hd = n_embd, n_embd // n_head
+    yield "token_embd.weight", (n_vocab, d)
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        yield p + "attn_norm.weight", (d,)
+        yield p + "attn_q.weight", (n_head * hd, d)
+        yield p + "attn_k.weight", (n_head_kv * hd, d)
+        yield p + "attn_v.weight", (n_head_kv * hd, d)
+        yield p + "attn_output.weight", (d, n_head * hd)
+        yield p + "ffn_norm.weight", (d,)
+        yield p + "ffn_gate.weight", (n_ff, d)
+        yield p + "ffn_up.weight", (n_ff, d)
+        yield p + "ffn_down.weight", (d, n_ff)
+    yield "output_norm.weight", (d,)
+    yield "output.weight", (n_vocab, d)
 
-    writer = gguf.GGUFWriter(str(path), spec.architecture)
-    writer.add_name(spec.name)
-    writer.add_context_length(spec.n_ctx_train)
-    writer.add_embedding_length(spec.n_embd)
-    writer.add_block_count(spec.n_layer)
-    writer.add_feed_forward_length(spec.n_ff)
-    writer.add_head_count(spec.n_head)
-    writer.add_head_count_kv(spec.n_head_kv)
-    writer.add_rope_dimension_count(head_dim)
+
+def add_llama_header(
+    writer: gguf.GGUFWriter,
+    *,
+    name: str,
+    n_ctx_train: int,
+    n_embd: int,
+    n_layer: int,
+    n_ff: int,
+    n_head: int,
+    n_head_kv: int,
+    file_type: gguf.LlamaFileType,
+    vocab: tuple[list[str], list[float], list[int]],
+    chat_template: str | None = CHATML_TEMPLATE,
+) -> None:
+    """Hyper-parameters and the SentencePiece-style vocabulary of a generated llama."""
+    tokens, scores, types = vocab
+    writer.add_name(name)
+    writer.add_context_length(n_ctx_train)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head_kv)
+    writer.add_rope_dimension_count(n_embd // n_head)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(file_type)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
@@ -102,28 +132,38 @@ def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
     writer.add_eos_token_id(IM_END_ID)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
-    if spec.chat_template is not None:
-        writer.add_chat_template(spec.chat_template)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
 
-    def w(*shape: int, std: float = spec.weight_std) -> np.ndarray:
-        return (rng.standard_normal(shape) * std / np.sqrt(shape[-1]) * 8).astype(np.float32)
 
+def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
+    """Write a llama GGUF with random weights to ``path`` and return it."""
+    vocab = vocabulary()
+    rng = np.random.default_rng(spec.seed)
+    writer = gguf.GGUFWriter(str(path), spec.architecture)
+    add_llama_header(
+        writer,
+        name=spec.name,
+        n_ctx_train=spec.n_ctx_train,
+        n_embd=spec.n_embd,
+        n_layer=spec.n_layer,
+        n_ff=spec.n_ff,
+        n_head=spec.n_head,
+        n_head_kv=spec.n_head_kv,
+        file_type=gguf.LlamaFileType.ALL_F32,
+        vocab=vocab,
+        chat_template=spec.chat_template,
+    )
     if not spec.vocab_only:
-        writer.add_tensor("token_embd.weight", w(n_vocab, spec.n_embd))
-        for i in range(spec.n_layer):
-            p = f"blk.{i}."
-            writer.add_tensor(p + "attn_norm.weight", np.ones(spec.n_embd, np.float32))
-            writer.add_tensor(p + "attn_q.weight", w(spec.n_head * head_dim, spec.n_embd))
-            writer.add_tensor(p + "attn_k.weight", w(spec.n_head_kv * head_dim, spec.n_embd))
-            writer.add_tensor(p + "attn_v.weight", w(spec.n_head_kv * head_dim, spec.n_embd))
-            writer.add_tensor(p + "attn_output.weight", w(spec.n_embd, spec.n_head * head_dim))
-            writer.add_tensor(p + "ffn_norm.weight", np.ones(spec.n_embd, np.float32))
-            writer.add_tensor(p + "ffn_gate.weight", w(spec.n_ff, spec.n_embd))
-            writer.add_tensor(p + "ffn_up.weight", w(spec.n_ff, spec.n_embd))
-            writer.add_tensor(p + "ffn_down.weight", w(spec.n_embd, spec.n_ff))
-        writer.add_tensor("output_norm.weight", np.ones(spec.n_embd, np.float32))
-        writer.add_tensor("output.weight", w(n_vocab, spec.n_embd))
-
+        shapes = llama_tensor_shapes(
+            len(vocab[0]), spec.n_embd, spec.n_head, spec.n_head_kv, spec.n_layer, spec.n_ff
+        )
+        for name, shape in shapes:
+            if len(shape) == 1:  # norms
+                writer.add_tensor(name, np.ones(shape, np.float32))
+            else:
+                data = rng.standard_normal(shape) * spec.weight_std / np.sqrt(shape[-1]) * 8
+                writer.add_tensor(name, data.astype(np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
