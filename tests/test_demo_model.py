@@ -208,6 +208,9 @@ def test_recall_survives_state_restore_in_new_process(
         msgs = _first_two_turns(engine, key, item)
         state = tmp_path / f"state{i}.bin"
         engine.save_state_file(key, state)
+        fork = engine.fork(key)  # the same conversation answered here, never saved
+        same_process = ask(engine, msgs, fork)
+        engine.close_sequence(fork)
         engine.close_sequence(key)
         (tmp_path / f"msgs{i}.json").write_text(json.dumps(msgs))
         proc = subprocess.run(
@@ -230,6 +233,8 @@ def test_recall_survives_state_restore_in_new_process(
         assert out["restored"], "the saved state was refused"
         # only the new turn is processed, not the whole conversation again
         assert out["n_prompt_processed"] < 30, out
+        # greedy from the restored cache answers exactly as the cache that was never saved
+        assert out["answer"] == same_process, (out["answer"], same_process)
         if item["name"] not in out["answer"]:
             misses.append((item["name"], out["answer"]))
     if misses:
