@@ -9,6 +9,7 @@ import re
 import sqlite3
 import unicodedata
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from app.storage._core import DatabaseCore
@@ -123,6 +124,22 @@ class MessageRow(Protocol):
     def model_path(self) -> str | None: ...
     @property
     def meta(self) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class _NewMessage:
+    """A message about to be added (``add_message``'s arguments as a :class:`MessageRow`)."""
+
+    role: str
+    content: str
+    status: str
+    created_at: float
+    updated_at: float
+    token_count: int | None
+    prompt_tokens: int | None
+    tokens_per_second: float | None
+    model_path: str | None
+    meta: Mapping[str, Any]
 
 
 def insert_message_row(
@@ -432,26 +449,19 @@ class ConversationsMixin(DatabaseCore):
         now = self._now()
         with self.transaction() as conn:
             self._check_parent(conn, conversation_id, parent_id)
-            cur = conn.execute(
-                "INSERT INTO messages (conversation_id, parent_id, role, content, status,"
-                " created_at, updated_at, token_count, prompt_tokens, tokens_per_second,"
-                " model_path, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    conversation_id,
-                    parent_id,
-                    role,
-                    content,
-                    status,
-                    now,
-                    now,
-                    token_count,
-                    prompt_tokens,
-                    tokens_per_second,
-                    model_path,
-                    _json_dump(meta or {}),
-                ),
+            row = _NewMessage(
+                str(role),
+                content,
+                str(status),
+                now,
+                now,
+                token_count,
+                prompt_tokens,
+                tokens_per_second,
+                model_path,
+                meta or {},
             )
-            message_id = int(cast(int, cur.lastrowid))
+            message_id = insert_message_row(conn, conversation_id, parent_id, row)
             sets = ["updated_at = ?"]
             params: list[Any] = [now]
             if make_current:
