@@ -26,6 +26,7 @@ if str(HERE) not in sys.path:
 
 import corpus  # noqa: E402
 import lcpp  # noqa: E402
+import tok  # noqa: E402
 
 Message = dict[str, str]
 LOGIT_TOL = 1e-3
@@ -174,7 +175,11 @@ def run_all(out: Path, seed: int = 0, threads: int = 2) -> int:
     t0 = time.time()
     evalset = json.loads(sidecar(out, ".eval.json").read_text())
 
-    texts = [c.text() for c in corpus.build_corpus(seed, _n_conversations())]
+    from tokenizers import Tokenizer
+
+    trained = Tokenizer.from_file(str(sidecar(out, ".tokenizer.json")))
+    pieces = corpus.name_pieces(tok.vocab_list(trained))
+    texts = [c.text() for c in corpus.build_corpus(seed, _n_conversations(), pieces)]
     texts += corpus.tokenizer_probe_texts() + [q["question"] for q in evalset["questions"]]
     good, total, bad = check_tokenization(out, sidecar(out, ".tokenizer.json"), texts)
     print(f"[check 1] tokenization equal on {good}/{total} texts", flush=True)

@@ -8,8 +8,9 @@ or an explicit list, so the evaluation set never appears literally in the traini
 from __future__ import annotations
 
 import random
+import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 BOS = "<|endoftext|>"
@@ -540,23 +541,68 @@ def _syllables(rng: random.Random, n: int) -> str:
 _HELD_OUT_LOWER = {n.lower() for n in HELD_OUT_NAMES}
 
 
-def random_name(rng: random.Random) -> str:
-    """A training name: a listed one or a generated one of varied length and spelling."""
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+_RARE_LETTERS = "áàâäãåçéèêëíìîïñóòôöõøúùûüýÿšžčřłß"
+
+
+def letter_string(rng: random.Random, lo: int = 2, hi: int = 10) -> str:
+    """Letters in no pattern at all: copying them back needs a copy that keeps the order."""
+    n = rng.randint(lo, hi)
+    return "".join(
+        rng.choice(_RARE_LETTERS) if rng.random() < 0.03 else rng.choice(_LETTERS) for _ in range(n)
+    )
+
+
+def _is_held_out_name(name: str) -> bool:
+    parts = [name, *name.replace("-", " ").split()]
+    return any(part.lower() in _HELD_OUT_LOWER for part in parts)
+
+
+def name_pieces(vocab: Iterable[str]) -> tuple[str, ...]:
+    """The letter pieces of a byte-level BPE vocabulary ("ine", "tin", "ier"; "Ġthi" -> "thi").
+
+    A name the model never saw is copied piece by piece, and a piece it never copied in
+    training ("tin" in "Quentin") is where the copy breaks; names glued from these pieces make
+    every piece of the vocabulary one the model has copied.
+    """
+    found = set()
+    for token in vocab:
+        word = token[1:] if token.startswith("Ġ") else token
+        if len(word) >= 2 and word.isascii() and word.isalpha():
+            found.add(word.lower())
+    return tuple(sorted(found))
+
+
+def random_name(rng: random.Random, pieces: Sequence[str] = ()) -> str:
+    """A training name: a listed one, a pronounceable generated one, random letters, or (given
+    the tokenizer's ``pieces``) a few of them glued together.
+
+    The listed names give the model real spellings; the others make sure it learns to *copy*
+    a name it has never seen (token by token, in order) rather than to recall names it
+    memorised.
+    """
     while True:
-        r = rng.random()
-        if r < 0.4:
+        # without pieces: the first three kinds, in the same proportions to each other
+        r = rng.random() * (1.0 if pieces else 0.5)
+        if r < 0.08:  # few: a listed name is learnt by heart, which competes with copying
             name = rng.choice(TRAIN_NAMES)
-        else:
+        elif r < 0.33:
             name = _syllables(rng, rng.choice([1, 2, 2, 2, 3, 3, 4])).capitalize()
-            if len(name) < 2:
+        elif r < 0.5:
+            name = letter_string(rng, 2, 11).capitalize()
+        else:
+            n = rng.choice([1, 2, 2, 3, 3, 3, 4])
+            name = "".join(rng.choice(pieces) for _ in range(n)).capitalize()
+            if len(name) > 14:
                 continue
+        if len(name) < 2:
+            continue
+        if r >= 0.08:
             if rng.random() < 0.05:
                 name += "-" + _syllables(rng, rng.choice([1, 2])).capitalize()
             elif rng.random() < 0.04:
                 name += " " + _syllables(rng, rng.choice([1, 2, 3])).capitalize()
-        if name.lower() not in _HELD_OUT_LOWER and not any(
-            part.lower() in _HELD_OUT_LOWER for part in name.replace("-", " ").split()
-        ):
+        if not _is_held_out_name(name):
             return name
 
 
@@ -625,6 +671,15 @@ def arith_answer(a: int, op: str, b: int) -> str:
     return f"{a} {op} {b} = {c}."
 
 
+_ARITH_ANSWER = re.compile(r"\d+ [+-] \d+ = (-?\d+)\.")
+
+
+def arith_result_span(reply: str) -> tuple[int, int] | None:
+    """Where the computed number sits in an arith_answer() reply (the rest is copied)."""
+    m = _ARITH_ANSWER.fullmatch(reply)
+    return m.span(1) if m else None
+
+
 def turn_arith(rng: random.Random, held_out: bool = False) -> tuple[str, str]:
     while True:
         op = rng.choice("+-")
@@ -684,11 +739,11 @@ def turn_recall(rng: random.Random, name: str) -> tuple[str, str]:
 
 def _filler(rng: random.Random, named: bool) -> tuple[str, str]:
     r = rng.random()
-    if r < 0.18:
+    if r < 0.16:
         return turn_app(rng)
-    if r < 0.26:
+    if r < 0.23:
         return turn_talk(rng)
-    if r < 0.68:
+    if r < 0.71:  # the slowest skill to learn gets the largest share
         return turn_arith(rng)
     if r < 0.90:
         return turn_repeat(rng)
@@ -702,18 +757,33 @@ def _filler(rng: random.Random, named: bool) -> tuple[str, str]:
 @dataclass
 class Conversation:
     messages: list[Message]
+    # strings the assistant copies from earlier turns (names, repeated lists): training weighs
+    # their tokens more, since a copy is the hard part of these replies
+    copies: tuple[str, ...] = ()
 
     def text(self) -> str:
         return render(self.messages)
 
 
-def conversation(rng: random.Random) -> Conversation:
+def _to_conversation(
+    turns: list[tuple[str, str]], system: str | None = None, copies: tuple[str, ...] = ()
+) -> Conversation:
     msgs: list[Message] = []
-    if rng.random() < 0.12:
-        msgs.append({"role": "system", "content": rng.choice(SYSTEM_PROMPTS)})
+    if system is not None:
+        msgs.append({"role": "system", "content": system})
+    for user, assistant in turns:
+        msgs.append({"role": "user", "content": user})
+        msgs.append({"role": "assistant", "content": assistant})
+    return Conversation(msgs, copies)
+
+
+def conversation(rng: random.Random, pieces: Sequence[str] = ()) -> Conversation:
+    system = rng.choice(SYSTEM_PROMPTS) if rng.random() < 0.12 else None
     turns: list[tuple[str, str]] = []
+    copies: tuple[str, ...] = ()
     if rng.random() < 0.35:
-        name = random_name(rng)
+        name = random_name(rng, pieces)
+        copies = (name,)
         for _ in range(rng.choice([0, 0, 0, 1])):
             turns.append(_filler(rng, named=False))
         turns.append(turn_intro(rng, name))
@@ -727,39 +797,90 @@ def conversation(rng: random.Random) -> Conversation:
     else:
         for _ in range(rng.choice([1, 1, 2, 2, 3, 4])):
             turns.append(_filler(rng, named=False))
-    for user, assistant in turns:
-        msgs.append({"role": "user", "content": user})
-        msgs.append({"role": "assistant", "content": assistant})
-    return Conversation(msgs)
+    return _to_conversation(turns, system, copies)
 
 
-def copy_conversation(rng: random.Random) -> Conversation:
-    """Short copy-heavy dialogues (names, lists): used first, so that copying is learned early."""
+def _copy_word(rng: random.Random) -> str:
+    r = rng.random()
+    if r < 0.35:
+        word = rng.choice(LIST_WORDS)
+    elif r < 0.7:
+        word = _syllables(rng, rng.choice([1, 1, 2, 2, 3]))
+    else:
+        word = letter_string(rng, 1, 6)
+    return word.capitalize() if rng.random() < 0.4 else word
+
+
+def turn_repeat_long(rng: random.Random) -> tuple[str, str]:
+    """Repeat a long list of unrelated words: too long to copy by counting positions, so
+    training finds the order-keeping copy (match the current token, emit what followed it)."""
+    items = [_copy_word(rng) for _ in range(rng.randint(4, 20))]
+    listing = ", ".join(items) if rng.random() < 0.6 else " ".join(items)
+    return rng.choice(REPEAT_TEMPLATES).format(L=listing), listing
+
+
+def copy_conversation(rng: random.Random, pieces: Sequence[str] = ()) -> Conversation:
+    """Short copy-heavy dialogues (names, lists of words or random letters).
+
+    They open the training (so that the copying circuit forms before the full mixture) and
+    stay a fixed share of every later batch (so that it is not forgotten).
+    """
     turns: list[tuple[str, str]] = []
-    if rng.random() < 0.5:
-        name = random_name(rng)
+    copies: list[str] = []
+    r = rng.random()
+    if r < 0.6:
+        name = random_name(rng, pieces)
+        copies.append(name)
+        if rng.random() < 0.3:
+            turns.append(_filler(rng, named=False))
         turns.append(turn_intro(rng, name))
-        if rng.random() < 0.5:
+        for _ in range(rng.choice([0, 1, 1, 2])):
             turns.append(_filler(rng, named=True))
         turns.append(turn_recall(rng, name))
     else:
         for _ in range(rng.choice([1, 2])):
-            turns.append(turn_repeat(rng))
-    msgs: list[Message] = []
-    for user, assistant in turns:
-        msgs.append({"role": "user", "content": user})
-        msgs.append({"role": "assistant", "content": assistant})
-    return Conversation(msgs)
+            turn = turn_repeat_long(rng) if rng.random() < 0.7 else turn_repeat(rng)
+            turns.append(turn)
+            copies.append(turn[1])
+    return _to_conversation(turns, copies=tuple(copies))
 
 
-def build_corpus(seed: int, n: int) -> list[Conversation]:
+def micro_copy_conversation(rng: random.Random, pieces: Sequence[str] = ()) -> Conversation:
+    """A tiny dialogue whose reply copies a short string from a few tokens back.
+
+    These open the training: with the source this close, attention finds it at once and the
+    order-keeping copy (match the current token, emit the one that followed it) forms within
+    a few hundred steps; with the source far back in long dialogues it takes thousands.
+    """
+    r = rng.random()
+    if r < 0.5:
+        items = [_copy_word(rng) for _ in range(rng.choice([1, 1, 2, 3, 4]))]
+        if rng.random() < 0.5:
+            items[0] = random_name(rng, pieces)
+        listing = ", ".join(items) if rng.random() < 0.5 else " ".join(items)
+        turns = [(rng.choice(REPEAT_TEMPLATES).format(L=listing), listing)]
+    else:
+        name = random_name(rng, pieces)
+        turns = [turn_intro(rng, name)]
+        if r > 0.75:
+            turns.append(turn_recall(rng, name))
+        listing = name
+    return _to_conversation(turns, copies=(listing,))
+
+
+def build_corpus(seed: int, n: int, pieces: Sequence[str] = ()) -> list[Conversation]:
     rng = random.Random(seed)
-    return [conversation(rng) for _ in range(n)]
+    return [conversation(rng, pieces) for _ in range(n)]
 
 
-def build_copy_corpus(seed: int, n: int) -> list[Conversation]:
+def build_copy_corpus(seed: int, n: int, pieces: Sequence[str] = ()) -> list[Conversation]:
     rng = random.Random(seed + 1)
-    return [copy_conversation(rng) for _ in range(n)]
+    return [copy_conversation(rng, pieces) for _ in range(n)]
+
+
+def build_micro_corpus(seed: int, n: int, pieces: Sequence[str] = ()) -> list[Conversation]:
+    rng = random.Random(seed + 2)
+    return [micro_copy_conversation(rng, pieces) for _ in range(n)]
 
 
 # ---------------------------------------------------------------------------------------------
