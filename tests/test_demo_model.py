@@ -98,7 +98,9 @@ def test_tokenization_matches_trained_tokenizer(engine: Engine, evalset: dict) -
     import corpus
 
     tk = tokenizers.Tokenizer.from_file(str(sidecar(".tokenizer.json")))
-    texts = [c.text() for c in corpus.build_corpus(evalset["seed"], 3000)]
+    # the training corpus: its names are glued from the tokenizer's own pieces
+    pieces = corpus.name_pieces(tk.get_vocab())
+    texts = [c.text() for c in corpus.build_corpus(evalset["seed"], 3000, pieces=pieces)]
     texts += corpus.tokenizer_probe_texts() + [q["question"] for q in evalset["questions"]]
     bad = [
         t
@@ -107,6 +109,39 @@ def test_tokenization_matches_trained_tokenizer(engine: Engine, evalset: dict) -
         != tk.encode(t, add_special_tokens=False).ids
     ]
     assert not bad, f"{len(bad)}/{len(texts)} texts tokenize differently, e.g. {bad[:3]!r}"
+
+
+def test_training_weighs_copied_names_and_computed_digits() -> None:
+    """The recipe's loss weights land on the right tokens: a copied name's pieces and the
+    digits of an arithmetic result, not the template around them or the user's turns."""
+    tokenizers = pytest.importorskip("tokenizers")
+    _scripts_on_path()
+    import corpus
+    import tok
+    import train
+
+    tk = tokenizers.Tokenizer.from_file(str(sidecar(".tokenizer.json")))
+    conv = corpus.Conversation(
+        [
+            {"role": "user", "content": "My name is Quentin."},
+            {"role": "assistant", "content": corpus.NAME_REPLY.format(N="Quentin")},
+            {"role": "user", "content": "What is 19 + 77?"},
+            {"role": "assistant", "content": corpus.arith_answer(19, "+", 77)},
+        ],
+        copies=("Quentin",),
+    )
+    ex = train.encode_conversation(
+        tk, conv, tok.special_ids(tk), train.LossWeights(copy=2.0, result=3.0)
+    )
+    assert ex.ids == tok.encode(tk, conv.text())
+    pairs = list(zip(ex.ids, ex.weight, strict=True))
+    weighted = {w: tk.decode([i for i, x in pairs if x == w]) for w in (2.0, 3.0)}
+    assert weighted == {2.0: " Quentin", 3.0: "96"}
+    assert ex.weight.count(0.0) == len(ex.ids) - sum(
+        len(tok.encode(tk, m["content"])) + 1 for m in conv.messages if m["role"] == "assistant"
+    )
+    assert corpus.arith_result_span("50 - 81 = -31.") == (10, 13)
+    assert corpus.arith_result_span("I can add.") is None
 
 
 # ------------------------------------------------------------------------- check 2: logits
@@ -170,9 +205,7 @@ def test_recalls_unseen_names_over_three_turns(engine: Engine, evalset: dict) ->
         engine.close_sequence(key)
         if item["name"] not in answer:
             misses.append((item["name"], answer))
-    if len(misses) > len(evalset["recall"]) // 10:
-        # Known gap (issue 5): the current demo model copies unseen names only partly.
-        pytest.xfail(f"recall below 90%: {len(misses)}/{len(evalset['recall'])} missed: {misses}")
+    assert len(misses) <= len(evalset["recall"]) // 10, f"recall below 90%, missed: {misses}"
 
 
 _RESTORE = textwrap.dedent(
@@ -237,6 +270,4 @@ def test_recall_survives_state_restore_in_new_process(
         assert out["answer"] == same_process, (out["answer"], same_process)
         if item["name"] not in out["answer"]:
             misses.append((item["name"], out["answer"]))
-    if misses:
-        # Known gap (issue 5): the save/restore mechanics above are strict; name copying is not.
-        pytest.xfail(f"recall after restore missed {len(misses)}/5: {misses}")
+    assert not misses, f"recall after restore missed: {misses}"

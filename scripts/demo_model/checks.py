@@ -26,7 +26,6 @@ if str(HERE) not in sys.path:
 
 import corpus  # noqa: E402
 import lcpp  # noqa: E402
-import tok  # noqa: E402
 
 Message = dict[str, str]
 LOGIT_TOL = 1e-3
@@ -124,13 +123,6 @@ def eval_questions(runner: ChatRunner, evalset: dict) -> list[tuple[str, str, st
     return rows
 
 
-def _recall_turns(item: dict) -> tuple[list[Message], list[Message]]:
-    return (
-        [{"role": "user", "content": item["turn1"]}],
-        [{"role": "user", "content": item["turn2"]}],
-    )
-
-
 def eval_recall(
     runner: ChatRunner, model: Path, evalset: dict, restore: bool, limit: int | None = None
 ) -> list[tuple[str, str]]:
@@ -178,8 +170,11 @@ def run_all(out: Path, seed: int = 0, threads: int = 2) -> int:
     from tokenizers import Tokenizer
 
     trained = Tokenizer.from_file(str(sidecar(out, ".tokenizer.json")))
-    pieces = corpus.name_pieces(tok.vocab_list(trained))
-    texts = [c.text() for c in corpus.build_corpus(seed, _n_conversations(), pieces)]
+    pieces = corpus.name_pieces(trained.get_vocab())
+    texts = [c.text() for c in corpus.build_corpus(seed, _n_conversations(), pieces=pieces)]
+    # and the start of the copy dialogues: the only random letters ("ß", "ø") seen in training
+    texts += [c.text() for c in corpus.build_copy_corpus(seed, 5000, pieces=pieces)]
+    texts += [c.text() for c in corpus.build_micro_corpus(seed, 5000, pieces=pieces)]
     texts += corpus.tokenizer_probe_texts() + [q["question"] for q in evalset["questions"]]
     good, total, bad = check_tokenization(out, sidecar(out, ".tokenizer.json"), texts)
     print(f"[check 1] tokenization equal on {good}/{total} texts", flush=True)

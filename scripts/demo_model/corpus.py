@@ -562,8 +562,9 @@ def name_pieces(vocab: Iterable[str]) -> tuple[str, ...]:
     """The letter pieces of a byte-level BPE vocabulary ("ine", "tin", "ier"; "Ġthi" -> "thi").
 
     A name the model never saw is copied piece by piece, and a piece it never copied in
-    training ("tin" in "Quentin") is where the copy breaks; names glued from these pieces make
-    every piece of the vocabulary one the model has copied.
+    training ("tin" in "Quentin") is where the copy breaks; names glued from these pieces give
+    (nearly) every piece of the vocabulary its turn to be copied -- not quite all, since BPE
+    merges again across the glued boundaries.
     """
     found = set()
     for token in vocab:
@@ -868,17 +869,17 @@ def micro_copy_conversation(rng: random.Random, pieces: Sequence[str] = ()) -> C
     return _to_conversation(turns, copies=(listing,))
 
 
-def build_corpus(seed: int, n: int, pieces: Sequence[str] = ()) -> list[Conversation]:
+def build_corpus(seed: int, n: int, *, pieces: Sequence[str]) -> list[Conversation]:
     rng = random.Random(seed)
     return [conversation(rng, pieces) for _ in range(n)]
 
 
-def build_copy_corpus(seed: int, n: int, pieces: Sequence[str] = ()) -> list[Conversation]:
+def build_copy_corpus(seed: int, n: int, *, pieces: Sequence[str]) -> list[Conversation]:
     rng = random.Random(seed + 1)
     return [copy_conversation(rng, pieces) for _ in range(n)]
 
 
-def build_micro_corpus(seed: int, n: int, pieces: Sequence[str] = ()) -> list[Conversation]:
+def build_micro_corpus(seed: int, n: int, *, pieces: Sequence[str]) -> list[Conversation]:
     rng = random.Random(seed + 2)
     return [micro_copy_conversation(rng, pieces) for _ in range(n)]
 
