@@ -34,7 +34,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "docs"
 
-CONVERSATION = ["Hello!", "How do I fork a conversation?", "What is 23 + 45?"]
+CONVERSATION = [
+    "Hi! My name is Ilse.",
+    "How do I fork a conversation?",
+    "What is 23 + 45?",
+    "What is my name?",
+]
 OTHER_TABS = [["What can you do?"], ["How do I close a tab?"]]
 GENERATING = ["What can you do?", "What does LlamaDesk do?"]
 CONTEXT = {"n_seq_max": 4, "n_threads": 1, "n_threads_batch": 1}  # else the defaults
