@@ -101,6 +101,8 @@ def test_tokenization_matches_trained_tokenizer(engine: Engine, evalset: dict) -
     # the training corpus: its names are glued from the tokenizer's own pieces
     pieces = corpus.name_pieces(tk.get_vocab())
     texts = [c.text() for c in corpus.build_corpus(evalset["seed"], 3000, pieces=pieces)]
+    texts += [c.text() for c in corpus.build_copy_corpus(evalset["seed"], 500, pieces=pieces)]
+    texts += [c.text() for c in corpus.build_micro_corpus(evalset["seed"], 500, pieces=pieces)]
     texts += corpus.tokenizer_probe_texts() + [q["question"] for q in evalset["questions"]]
     bad = [
         t
