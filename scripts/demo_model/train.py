@@ -383,8 +383,8 @@ def main(argv: list[str] | None = None) -> int:
         "--bf16",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="bf16 autocast for the training matmuls (default on; 1.33x faster on CPUs with "
-        "AVX512-BF16, slower without; the weights differ, so the checks decide)",
+        help="bf16 autocast for the training matmuls (default on; 1.33x faster on this CPU "
+        "with AVX512-BF16, maybe no faster without; the weights differ, so the checks decide)",
     )
     p.add_argument("--threads", type=int, default=2, help="torch / llama.cpp threads")
     p.add_argument("--log-every", type=int, default=100)
