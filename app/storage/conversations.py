@@ -127,8 +127,9 @@ class MessageRow(Protocol):
 
 
 @dataclass(frozen=True)
-class _NewMessage:
-    """A message about to be added (``add_message``'s arguments as a :class:`MessageRow`)."""
+class NewMessage:
+    """A message about to be inserted, as a :class:`MessageRow` (``add_message``'s arguments,
+    an imported message)."""
 
     role: str
     content: str
@@ -449,7 +450,7 @@ class ConversationsMixin(DatabaseCore):
         now = self._now()
         with self.transaction() as conn:
             self._check_parent(conn, conversation_id, parent_id)
-            row = _NewMessage(
+            row = NewMessage(
                 str(role),
                 content,
                 str(status),

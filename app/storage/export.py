@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from app import __version__
-from app.storage.conversations import _json_dump, insert_message_row
+from app.storage.conversations import NewMessage, _json_dump, insert_message_row
 from app.storage.database import Database
 from app.storage.errors import ImportValidationError, StorageError
 from app.storage.models import ROLES, STATUSES, TITLE_SOURCES, Conversation
@@ -135,20 +135,12 @@ def export_markdown(db: Database, ids: Sequence[int] | None = None) -> str:
 # -- import ------------------------------------------------------------------------------
 
 
-@dataclass
-class _MessageSpec:
+@dataclass(frozen=True)
+class _MessageSpec(NewMessage):
+    """An imported message: its row plus the file's own id for it and for its parent."""
+
     key: int | str
     parent: int | str | None
-    role: str
-    content: str
-    status: str
-    created_at: float
-    updated_at: float
-    token_count: int | None
-    prompt_tokens: int | None
-    tokens_per_second: float | None
-    model_path: str | None
-    meta: dict[str, Any]
 
 
 @dataclass
