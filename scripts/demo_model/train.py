@@ -412,6 +412,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint-every", type=int, default=500, help="steps between saves")
     p.add_argument("--from-checkpoint", default="", help="export saved weights, do not train")
     args = p.parse_args(argv)
+    if not 0 <= args.copy_rows <= args.batch:
+        p.error(f"--copy-rows must be between 0 and --batch ({args.batch})")
+    if args.copy_weight <= 0 or args.result_weight <= 0:
+        p.error("--copy-weight and --result-weight must be positive")
+    if min(args.steps, args.micro_steps, args.copy_steps, args.checkpoint_every - 1) < 0:
+        p.error("step counts must not be negative (and --checkpoint-every at least 1)")
+    try:
+        args.checkpoint.format(step=0)
+    except (KeyError, IndexError, ValueError):
+        p.error("--checkpoint may contain {step} and no other {...} field")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     if not args.check:
