@@ -36,10 +36,14 @@ Messages (a tree: editing = a sibling, regenerating = a sibling reply)
     ``add_message(cid, role, content, parent_id=None, status="complete", ...)`` commits
     before returning (show the message as sent afterwards); it becomes the current leaf and
     the first user message titles the conversation. Streaming: ``m = begin_reply(cid,
-    parent_id, model_path=...)`` (status "partial") -> ``update_reply(m.id, text_so_far)``
-    every ~0.3 s (one fsync'ed commit, ~4 ms: call it from the worker) ->
-    ``finish_reply(m.id, text, "complete" | "stopped" | "error", token_count=,
-    prompt_tokens=, tokens_per_second=)``. A "partial" message found while
+    parent_id, model_path=...)`` (status "partial") -> ``update_reply(m.id, text_so_far,
+    reasoning=thinking_so_far, reasoning_ms=...)`` every ~0.3 s (one fsync'ed commit, ~4 ms:
+    call it from the worker) -> ``finish_reply(m.id, text, "complete" | "stopped" |
+    "error", token_count=, prompt_tokens=, tokens_per_second=, reasoning=,
+    reasoning_ms=)``; a reasoning model's thinking (``Message.reasoning``, with its duration
+    ``reasoning_ms``, None when unknown) is kept apart from the answer (``content``); the
+    ``reasoning*`` arguments left out (None) keep the stored value, and search looks at
+    ``content`` only. A "partial" message found while
     nothing is generating was interrupted (crash). Navigation: ``get_thread(cid,
     leaf_id=None)``, ``children(mid)``, ``siblings(mid)``, ``sibling_position(mid) ->
     (i, n)``, ``leaf_of(mid)``, ``set_current_leaf(cid, mid)``, ``delete_branch(mid)``.

@@ -5,11 +5,12 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import math
 import re
 import sqlite3
 import unicodedata
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from app.storage._core import DatabaseCore
@@ -48,10 +49,30 @@ _CONVERSATION_COLUMNS = """
     c.system_prompt, c.sampling, c.pinned, c.archived, c.current_leaf_id, c.deleted_at,
     (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) AS message_count
 """
-_MESSAGE_COLUMNS = """
-    id, conversation_id, parent_id, role, content, status, created_at, updated_at,
-    token_count, prompt_tokens, tokens_per_second, model_path, meta
-"""
+_MESSAGE_COLUMN_NAMES = (
+    "id",
+    "conversation_id",
+    "parent_id",
+    "role",
+    "content",
+    "status",
+    "created_at",
+    "updated_at",
+    "token_count",
+    "prompt_tokens",
+    "tokens_per_second",
+    "model_path",
+    "meta",
+    "reasoning",
+    "reasoning_ms",
+)
+# What an older schema (only ever seen read-only: a writable database is migrated when it
+# is opened) lacks, read as the value the migration would have given it.
+_MESSAGE_COLUMN_DEFAULTS = {
+    "meta": "'{}' AS meta",
+    "reasoning": "'' AS reasoning",
+    "reasoning_ms": "NULL AS reasoning_ms",
+}
 
 
 def make_title(text: str, length: int = TITLE_LENGTH) -> str:
@@ -124,12 +145,16 @@ class MessageRow(Protocol):
     def model_path(self) -> str | None: ...
     @property
     def meta(self) -> Mapping[str, Any]: ...
+    @property
+    def reasoning(self) -> str: ...
+    @property
+    def reasoning_ms(self) -> float | None: ...
 
 
 @dataclass(frozen=True)
 class NewMessage:
     """A message about to be inserted, as a :class:`MessageRow` (``add_message``'s arguments,
-    an imported message)."""
+    an imported message). ``reasoning``/``reasoning_ms`` are keyword-only, with defaults."""
 
     role: str
     content: str
@@ -141,16 +166,20 @@ class NewMessage:
     tokens_per_second: float | None
     model_path: str | None
     meta: Mapping[str, Any]
+    reasoning: str = field(default="", kw_only=True)
+    reasoning_ms: float | None = field(default=None, kw_only=True)
 
 
 def insert_message_row(
     conn: sqlite3.Connection, conversation_id: int, parent_id: int | None, m: MessageRow
 ) -> int:
-    """Copy a message (with its timestamps and figures) under ``parent_id``; returns its id."""
+    """Copy a message (with its timestamps, figures and reasoning) under ``parent_id``;
+    returns its id."""
     cur = conn.execute(
         "INSERT INTO messages (conversation_id, parent_id, role, content, status,"
         " created_at, updated_at, token_count, prompt_tokens, tokens_per_second,"
-        " model_path, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " model_path, meta, reasoning, reasoning_ms)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             conversation_id,
             parent_id,
@@ -164,6 +193,8 @@ def insert_message_row(
             m.tokens_per_second,
             m.model_path,
             _json_dump(m.meta),
+            m.reasoning,
+            m.reasoning_ms,
         ),
     )
     return int(cast(int, cur.lastrowid))
@@ -213,6 +244,8 @@ def _message(row: sqlite3.Row) -> Message:
         tokens_per_second=row["tokens_per_second"],
         model_path=row["model_path"],
         meta=_json_load(row["meta"]),
+        reasoning=row["reasoning"] or "",
+        reasoning_ms=row["reasoning_ms"],
     )
 
 
@@ -223,8 +256,39 @@ def _check_role_status(role: str, status: str) -> None:
         raise ValueError(f"unknown message status {status!r}; expected one of {sorted(STATUSES)}")
 
 
+def _check_reasoning_ms(reasoning_ms: float | None) -> None:
+    if reasoning_ms is None:
+        return
+    if (
+        isinstance(reasoning_ms, bool)
+        or not isinstance(reasoning_ms, int | float)
+        or not math.isfinite(reasoning_ms)
+        or reasoning_ms < 0
+    ):
+        raise ValueError(
+            f"reasoning_ms must be a non-negative number or None, not {reasoning_ms!r}"
+        )
+
+
 class ConversationsMixin(DatabaseCore):
     """Conversations, messages, tabs and search."""
+
+    _message_columns_sql: str | None = None
+
+    @property
+    def _message_columns(self) -> str:
+        """The SELECT list for :func:`_message`; on an older schema opened read-only, the
+        columns it lacks are read as their defaults."""
+        if self._message_columns_sql is None:
+            names: Iterable[str] = _MESSAGE_COLUMN_NAMES
+            if self.read_only:
+                present = {str(row[1]) for row in self._all("PRAGMA table_info(messages)")}
+                names = (
+                    name if name in present else _MESSAGE_COLUMN_DEFAULTS.get(name, name)
+                    for name in _MESSAGE_COLUMN_NAMES
+                )
+            self._message_columns_sql = ", ".join(names)
+        return self._message_columns_sql
 
     # -- conversations -------------------------------------------------------------------
 
@@ -400,7 +464,7 @@ class ConversationsMixin(DatabaseCore):
 
     def get_message(self, message_id: int) -> Message:
         row = self._maybe_one(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,)
+            f"SELECT {self._message_columns} FROM messages WHERE id = ?", (message_id,)
         )
         if row is None:
             raise NotFoundError(
@@ -441,12 +505,16 @@ class ConversationsMixin(DatabaseCore):
         model_path: str | None = None,
         meta: Mapping[str, Any] | None = None,
         make_current: bool = True,
+        reasoning: str = "",
+        reasoning_ms: float | None = None,
     ) -> Message:
         """Insert and commit a message (``parent_id`` None makes a root). It becomes the
         conversation's current leaf unless ``make_current=False``; the first user message
         titles an untitled conversation. Editing a message = adding a sibling (same
-        ``parent_id``)."""
+        ``parent_id``). ``reasoning``: a reasoning model's thinking before ``content``,
+        ``reasoning_ms`` how long it took (None: unknown)."""
         _check_role_status(str(role), str(status))
+        _check_reasoning_ms(reasoning_ms)
         now = self._now()
         with self.transaction() as conn:
             self._check_parent(conn, conversation_id, parent_id)
@@ -461,6 +529,8 @@ class ConversationsMixin(DatabaseCore):
                 tokens_per_second,
                 model_path,
                 meta or {},
+                reasoning=reasoning,
+                reasoning_ms=reasoning_ms,
             )
             message_id = insert_message_row(conn, conversation_id, parent_id, row)
             sets = ["updated_at = ?"]
@@ -503,13 +573,25 @@ class ConversationsMixin(DatabaseCore):
             conversation_id, role, "", parent_id, "partial", model_path=model_path
         )
 
-    def update_reply(self, message_id: int, content: str) -> bool:
-        """Save the text streamed so far (one small transaction; call it every ~0.3 s).
-        Returns False if the reply was already finished (then nothing changes)."""
+    def update_reply(
+        self,
+        message_id: int,
+        content: str,
+        *,
+        reasoning: str | None = None,
+        reasoning_ms: float | None = None,
+    ) -> bool:
+        """Save the text streamed so far (one small transaction; call it every ~0.3 s):
+        the answer ``content`` and, from a reasoning model, the ``reasoning`` so far and,
+        once the thinking has ended, ``reasoning_ms``. None leaves the stored value as it
+        is. Returns False if the reply was already finished (then nothing changes)."""
+        _check_reasoning_ms(reasoning_ms)
         with self.transaction() as conn:
             cur = conn.execute(
-                "UPDATE messages SET content = ?, updated_at = ? WHERE id = ? AND status = 'partial'",
-                (content, self._now(), message_id),
+                "UPDATE messages SET content = ?, updated_at = ?,"
+                " reasoning = coalesce(?, reasoning), reasoning_ms = coalesce(?, reasoning_ms)"
+                " WHERE id = ? AND status = 'partial'",
+                (content, self._now(), reasoning, reasoning_ms, message_id),
             )
             if cur.rowcount:
                 return True
@@ -527,9 +609,14 @@ class ConversationsMixin(DatabaseCore):
         prompt_tokens: int | None = None,
         tokens_per_second: float | None = None,
         meta: Mapping[str, Any] | None = None,
+        reasoning: str | None = None,
+        reasoning_ms: float | None = None,
     ) -> Message:
-        """Store the final text, status ("complete", "stopped", "error") and figures."""
+        """Store the final text, status ("complete", "stopped", "error") and figures, and a
+        reasoning model's final ``reasoning`` and its duration ``reasoning_ms``; for these
+        two, None keeps what :meth:`update_reply` stored (nothing: "" and None)."""
         _check_role_status("assistant", str(status))
+        _check_reasoning_ms(reasoning_ms)
         now = self._now()
         with self.transaction() as conn:
             row = conn.execute(
@@ -541,7 +628,9 @@ class ConversationsMixin(DatabaseCore):
             merged.update(meta or {})
             conn.execute(
                 "UPDATE messages SET content = ?, status = ?, updated_at = ?, token_count = ?,"
-                " prompt_tokens = ?, tokens_per_second = ?, meta = ? WHERE id = ?",
+                " prompt_tokens = ?, tokens_per_second = ?, meta = ?,"
+                " reasoning = coalesce(?, reasoning), reasoning_ms = coalesce(?, reasoning_ms)"
+                " WHERE id = ?",
                 (
                     content,
                     status,
@@ -550,6 +639,8 @@ class ConversationsMixin(DatabaseCore):
                     prompt_tokens,
                     tokens_per_second,
                     _json_dump(merged),
+                    reasoning,
+                    reasoning_ms,
                     message_id,
                 ),
             )
@@ -562,7 +653,7 @@ class ConversationsMixin(DatabaseCore):
     def messages(self, conversation_id: int) -> list[Message]:
         """Every message of the conversation (all branches), oldest first."""
         rows = self._all(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? ORDER BY id",
+            f"SELECT {self._message_columns} FROM messages WHERE conversation_id = ? ORDER BY id",
             (conversation_id,),
         )
         return [_message(row) for row in rows]
@@ -587,7 +678,7 @@ class ConversationsMixin(DatabaseCore):
                     SELECT m.parent_id, path.depth + 1 FROM messages m JOIN path ON m.id = path.id
                     WHERE m.parent_id IS NOT NULL
                 )
-                SELECT {_MESSAGE_COLUMNS} FROM path JOIN messages USING (id)
+                SELECT {self._message_columns} FROM path JOIN messages USING (id)
                 ORDER BY path.depth DESC""",
             (leaf_id,),
         )
@@ -601,7 +692,7 @@ class ConversationsMixin(DatabaseCore):
     def children(self, message_id: int) -> list[Message]:
         """Direct replies to the message, oldest first (the branches below it)."""
         rows = self._all(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE parent_id = ? ORDER BY id",
+            f"SELECT {self._message_columns} FROM messages WHERE parent_id = ? ORDER BY id",
             (message_id,),
         )
         return [_message(row) for row in rows]
@@ -611,13 +702,13 @@ class ConversationsMixin(DatabaseCore):
         message = self.get_message(message_id)
         if message.parent_id is None:
             rows = self._all(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ?"
+                f"SELECT {self._message_columns} FROM messages WHERE conversation_id = ?"
                 " AND parent_id IS NULL ORDER BY id",
                 (message.conversation_id,),
             )
         else:
             rows = self._all(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE parent_id = ? ORDER BY id",
+                f"SELECT {self._message_columns} FROM messages WHERE parent_id = ? ORDER BY id",
                 (message.parent_id,),
             )
         return [_message(row) for row in rows]
@@ -701,7 +792,7 @@ class ConversationsMixin(DatabaseCore):
 
     def fork_conversation(self, conversation_id: int, up_to_message_id: int) -> Conversation:
         """A new conversation with the same settings holding a copy of the thread root ->
-        ``up_to_message_id`` (one branch, statuses and figures kept)."""
+        ``up_to_message_id`` (one branch, statuses, figures and reasoning kept)."""
         source = self.get_conversation(conversation_id)
         thread = self.get_thread(conversation_id, up_to_message_id)
         now = self._now()

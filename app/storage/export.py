@@ -13,10 +13,14 @@ The JSON format (``FORMAT``/``FORMAT_VERSION``)::
           {"id": int, "parent": int | null, "role": str, "content": str, "status": str,
            "created_at": float, "updated_at": float, "token_count": int | null,
            "prompt_tokens": int | null, "tokens_per_second": float | null,
-           "model_path": str | null, "meta": {...}}]}]}
+           "model_path": str | null, "meta": {...},
+           "reasoning": str, "reasoning_ms": float | null}]}]}
 
 Message ids are local to the file (1, 2, ... in creation order), so
-export -> import -> export gives the same ``conversations`` list.
+export -> import -> export gives the same ``conversations`` list. ``reasoning`` (a
+reasoning model's thinking before the answer in ``content``) and ``reasoning_ms`` (how long
+it took) came later within version 1: files without them import as "" and null, and an
+older LlamaDesk imports newer files without them (they are optional additions).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -84,6 +89,8 @@ def export_json(db: Database, ids: Sequence[int] | None = None) -> dict[str, Any
                         "tokens_per_second": m.tokens_per_second,
                         "model_path": m.model_path,
                         "meta": m.meta,
+                        "reasoning": m.reasoning,
+                        "reasoning_ms": m.reasoning_ms,
                     }
                     for m in messages
                 ],
@@ -102,9 +109,38 @@ def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
 
 
+def _duration(ms: float) -> str:
+    seconds = ms / 1000
+    if round(seconds, 1) < 10:
+        return f"{seconds:.1f} s"
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    return f"{whole // 60} min {whole % 60} s"
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # CommonMark's line endings (not str.splitlines')
+
+
+def reasoning_block(reasoning: str, reasoning_ms: float | None) -> str:
+    """A reasoning as a collapsed HTML ``<details>`` block for Markdown.
+
+    The text inside is a block quote, with every ``<`` written as ``&lt;``: so no HTML can
+    be formed from it (no ``</details>`` closing the block early, no ``<script>``), and the
+    block quote ends before ``</details>``, which closes whatever Markdown the reasoning
+    left open (an unclosed code fence would otherwise swallow the rest of the document).
+    The price: a ``<`` inside inline code or a code block of the reasoning shows as
+    ``&lt;``."""
+    summary = "Reasoning" if reasoning_ms is None else f"Thought for {_duration(reasoning_ms)}"
+    lines = _LINE_BREAK.split(reasoning.strip("\r\n").rstrip())
+    quoted = [(f"> {line}" if line.strip() else ">").replace("<", "&lt;") for line in lines]
+    return "\n".join([f"<details><summary>{summary}</summary>", "", *quoted, "", "</details>"])
+
+
 def export_markdown(db: Database, ids: Sequence[int] | None = None) -> str:
     """A readable Markdown document: for each conversation its title, details, system
-    prompt and the branch currently shown (other branches are only in JSON exports)."""
+    prompt and the branch currently shown (other branches are only in JSON exports); a
+    reasoning model's thinking is a collapsed block above its answer."""
     parts: list[str] = []
     for conv in _conversations(db, ids):
         lines = [f"# {conv.title}", ""]
@@ -127,6 +163,8 @@ def export_markdown(db: Database, ids: Sequence[int] | None = None) -> str:
         for m in thread:
             note = "" if m.status == "complete" else f" ({m.status})"
             lines += [f"## {m.role.capitalize()}{note}", f"*{_when(m.created_at)}*", ""]
+            if m.reasoning.strip():
+                lines += [reasoning_block(m.reasoning, m.reasoning_ms), ""]
             lines += [m.content.rstrip() if m.content.strip() else "*(empty)*", ""]
         parts.append("\n".join(lines).rstrip() + "\n")
     return "\n---\n\n".join(parts)
@@ -187,6 +225,12 @@ class _Validator:
         if not math.isfinite(value) or abs(value) > 1e300:
             raise self.fail(f'"{name}" must be a finite number')
         return float(value)
+
+    def duration(self, obj: Mapping[str, Any], name: str) -> float | None:
+        value = self.number(obj, name, None)
+        if value is not None and value < 0:
+            raise self.fail(f'"{name}" must not be negative')
+        return value
 
     def integer(self, obj: Mapping[str, Any], name: str) -> int | None:
         value = obj.get(name)
@@ -324,6 +368,8 @@ def _validate_conversation(raw: Any, n: int) -> _ConversationSpec:
             tokens_per_second=mv.number(m, "tokens_per_second", None),
             model_path=mv.opt_text(m, "model_path"),
             meta=mv.obj(m.get("meta"), "meta"),
+            reasoning=mv.text(m.get("reasoning", ""), "reasoning"),
+            reasoning_ms=mv.duration(m, "reasoning_ms"),
         )
         order.append(key)
     ordered = _parents_first(order, messages, v)

@@ -41,7 +41,11 @@ class Message:
     """One node of a conversation's message tree (``parent_id`` None for a root).
 
     ``status``: "complete", "partial" (still streaming, or interrupted by a crash when no
-    generation is running), "error" or "stopped" (the user pressed Stop)."""
+    generation is running), "error" or "stopped" (the user pressed Stop).
+
+    ``reasoning``: a reasoning model's "thinking" before the answer (``content``), "" when
+    there is none; ``reasoning_ms``: how long the thinking took in milliseconds (None:
+    unknown, or no reasoning)."""
 
     id: int
     conversation_id: int
@@ -56,6 +60,8 @@ class Message:
     tokens_per_second: float | None = None
     model_path: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    reasoning: str = ""
+    reasoning_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,7 +93,16 @@ END;
 INSERT INTO messages_fts(messages_fts) VALUES ('rebuild');
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+# Version 3: a reasoning model's "thinking" kept apart from its answer, and how long it took
+# (NULL: unknown, or no reasoning). Full-text search stays on ``content`` only: reasoning
+# is long, tentative text the user does not see by default, so its words would swamp the
+# hits and point at messages whose visible answer does not contain them.
+_V3 = """
+ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT '';
+ALTER TABLE messages ADD COLUMN reasoning_ms REAL;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

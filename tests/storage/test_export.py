@@ -250,10 +250,13 @@ def _conversation(draw: st.DrawFn) -> dict[str, Any]:
             parent = draw(st.one_of(st.none(), st.integers(1, i - 1))) if i > 1 else None
             content = draw(_content)
             meta = draw(st.dictionaries(st.text(max_size=8), _json_values, max_size=3))
+            reasoning = draw(st.sampled_from(["", "", "</details><script>x</script>"]) | _content)
+            reasoning_ms = draw(st.none() | st.floats(0, 1e9))
         else:
             parent = i - 1 if i > 1 else None
             content = f"deep {i} ✓"
             meta = {}
+            reasoning, reasoning_ms = "", None
         messages.append(
             {
                 "id": i,
@@ -268,6 +271,8 @@ def _conversation(draw: st.DrawFn) -> dict[str, Any]:
                 "tokens_per_second": draw(st.none() | st.floats(0, 1e6)),
                 "model_path": draw(st.none() | st.text(max_size=30)),
                 "meta": meta,
+                "reasoning": reasoning,
+                "reasoning_ms": reasoning_ms,
             }
         )
     source = draw(st.sampled_from(["default", "auto", "user"]))
