@@ -25,6 +25,26 @@ def test_inspect(tiny_model: Path) -> None:
     assert "Architecture" in text.stdout and "llama" in text.stdout
 
 
+def test_inspect_says_why_llama_cpp_cannot_load_a_file(tmp_path: Path) -> None:
+    from tests.support.broken_gguf import write_corpus
+
+    corpus = write_corpus(tmp_path / "broken")
+    for name, message in (
+        ("vocab_only", "holds only a vocabulary (no weights): it is a tokenizer file"),
+        ("unknown_architecture", "architecture 'xllma'"),
+        ("zero_dimension", "zero dimension"),
+        ("misaligned_offset", "alignment (32)"),
+        ("offset_past_end", "past the end of the file"),
+    ):
+        for extra in ([], ["--json"]):
+            result = llamadesk("inspect", str(corpus[name]), *extra)
+            assert result.returncode == 2, (name, result.stderr)
+            assert result.stdout == ""
+            line = result.stderr.strip()
+            assert line.startswith(f"llamadesk: {corpus[name].name} ") and message in line, line
+            assert len(line.splitlines()) == 1 and "Traceback" not in line
+
+
 def test_run_json_raw_and_chat(tiny_model: Path) -> None:
     raw = llamadesk(
         "run", str(tiny_model), "hello world", "--raw", "-n", "8", "--temp", "0", "--json"

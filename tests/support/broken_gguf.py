@@ -37,6 +37,12 @@ def write_corpus(folder: Path) -> dict[str, Path]:
     put("huge_tensor_count", data[:8] + struct.pack("<Q", 2**62) + data[16:])
     put("huge_kv_count", data[:16] + struct.pack("<Q", 2**62) + data[24:])
     put("unknown_architecture", _arch(data, b"xllma"))
+    # Tensor infos llama.cpp refuses (output.weight is the last tensor: its data can move
+    # without moving the others').
+    put("zero_dimension", _patch_tensor(data, "output.weight", dims=(64, 0)))
+    put("huge_dimension", _patch_tensor(data, "output.weight", dims=(64, 2**62)))
+    put("misaligned_offset", _patch_tensor(data, "output.weight", offset_delta=4))
+    put("offset_past_end", _patch_tensor(data, "output.weight", offset_delta=1 << 24))
     vocab_only = write_tiny_model(folder / "vocab_only.gguf", TinySpec(vocab_only=True))
     files["vocab_only"] = vocab_only
     missing = write_tiny_model(folder / "missing_tensor.gguf", TinySpec(n_layer=2))
@@ -60,3 +66,19 @@ def _drop_layer_count(path: Path) -> Path:
     count = struct.unpack_from("<I", data, index)[0]
     path.write_bytes(data[:index] + struct.pack("<I", count + 1) + data[index + 4 :])
     return path
+
+
+def _patch_tensor(
+    data: bytes, name: str, *, dims: tuple[int, ...] | None = None, offset_delta: int = 0
+) -> bytes:
+    """Change one tensor info: its dimensions (same count) or its data offset."""
+    raw = name.encode()
+    index = data.index(struct.pack("<Q", len(raw)) + raw) + 8 + len(raw)
+    n_dims = struct.unpack_from("<I", data, index)[0]
+    out = bytearray(data)
+    if dims is not None:
+        assert len(dims) == n_dims
+        struct.pack_into(f"<{n_dims}q", out, index + 4, *dims)
+    at = index + 4 + 8 * n_dims + 4
+    struct.pack_into("<Q", out, at, struct.unpack_from("<Q", data, at)[0] + offset_delta)
+    return bytes(out)

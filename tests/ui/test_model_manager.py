@@ -20,6 +20,7 @@ from pytestqt.qtbot import QtBot
 import app.ui.model_manager as model_manager
 from app.storage import Database
 from app.ui.model_manager import COLUMNS, ModelManager
+from tests.support.broken_gguf import write_corpus
 from tests.support.gguf_models import TinySpec, write_tiny_model
 
 pytestmark = pytest.mark.qt_log_ignore(r"This plugin does not support propagateSizeHints")
@@ -193,6 +194,38 @@ def test_all_kinds_of_broken_files_are_listed_with_their_error(
     assert listed["inner.gguf"][1].startswith("Cannot be used: ")
     for name in ("truncated.gguf", "random.gguf", "notes.gguf", "empty.gguf", "inner.gguf"):
         assert listed[name][-1] == "Broken"
+
+
+def test_files_llama_cpp_cannot_load_say_why(
+    qtbot: QtBot, db: Database, tmp_path: Path, reader: CountingReader
+) -> None:
+    """Found from the header before any load: vocab only, unknown architecture, bad
+    tensor shapes and data offsets are listed as broken, with the sentence."""
+    folder = tmp_path / "unloadable"
+    corpus = write_corpus(tmp_path / "corpus")
+    expected = {
+        "vocab_only": "holds only a vocabulary (no weights): it is a tokenizer file, not a model",
+        "unknown_architecture": "uses the model architecture 'xllma'",
+        "zero_dimension": "has a zero dimension",
+        "huge_dimension": "has a huge dimension",
+        "misaligned_offset": "not a multiple of the file's alignment (32)",
+        "offset_past_end": "past the end of the file",
+    }
+    folder.mkdir()
+    for name in expected:
+        (folder / corpus[name].name).write_bytes(corpus[name].read_bytes())
+    write_tiny_model(folder / "good.gguf")
+    db.add_folder(folder)
+    manager = make_manager(qtbot, db)
+    listed = rows(manager)
+    assert listed["good.gguf"][-1] == ""
+    for name, message in expected.items():
+        cells = listed[corpus[name].name]
+        assert cells[1].startswith(f"Cannot be used: {corpus[name].name} "), cells
+        assert message in cells[1] and cells[-1] == "Broken", cells
+        table(manager).selectRow(row_of(manager, corpus[name].name))
+        assert not button(manager, "loadButton").isEnabled()
+        assert message in button(manager, "loadButton").toolTip()
 
 
 def test_loading_progress_cancel_loaded_and_errors(
