@@ -14,16 +14,33 @@ conventions, which this module reproduces:
   ``tools=None`` and ``documents=None`` (left undefined instead, as llama.cpp does, for
   templates that only render that way); ``date_string`` (today, for Llama 3.x) and
   ``functions``/``datetime`` (firefunction-v2) when the template uses them, as llama.cpp
-  does; anything else (``enable_thinking``, ``reasoning_effort``, ``tools``, ...) is
-  passed through ``render(**extra)`` and wins over these defaults.
+  does; anything else (``tools``, ...) is passed through ``render(**extra)`` and wins
+  over these defaults.
+
+Reasoning (thinking) is rendered as llama.cpp's server does where templates leave a choice:
+
+* **Thinking on by default.** :class:`ReasoningOptions` (``render(reasoning=...)``) becomes
+  ``enable_thinking`` and, for templates that use other names, ``thinking`` (DeepSeek
+  V3.x/V4, Granite 3.3, Kimi K3), ``thinking_mode`` (MiniMax-M3), ``reasoning`` (Cohere2
+  MoE), ``thinking_budget=0`` when off (Seed-OSS), ``reasoning_effort`` /
+  ``reasoning_strength`` / ``thinking_effort`` for an effort. Only the names a template
+  reads are passed. :attr:`ChatTemplate.supports_thinking_toggle` and
+  :attr:`ChatTemplate.supports_effort` say whether the choice changes the prompt at all
+  (found by rendering), :attr:`ChatTemplate.reasoning_format` which markers the model
+  writes (:mod:`app.engine.reasoning`) and :meth:`ChatTemplate.opens_reasoning` whether
+  the generation prompt opens the reasoning block (the reply starts inside it).
+* **Past reasoning.** An assistant message may carry ``reasoning_content``; it reaches the
+  template under that name (Qwen3, GLM, Laguna... read it; most drop it), and as
+  ``thinking`` for gpt-oss, as llama.cpp does. Empty reasoning is left out, so templates
+  that split ``content`` on ``</think>`` see the bare answer.
 
 On top of that it smooths over what real templates get wrong for a chat app:
 
 * **System prompts.** Some templates refuse a system message (gemma-2 raises "System
   role not supported") and some silently drop it. A probe at construction finds out
   (:attr:`ChatTemplate.supports_system_role`); when the role is not supported, the system
-  text is merged into the first user message (``system + "\\n\\n" + user``), as llama.cpp's
-  server does. A render that still raises with a system message present is retried with
+  text is merged into the first user message (``system + "\\n" + user``), as llama.cpp's
+  server does (``common/chat.cpp``, ``system_message_not_supported``). A render that still raises with a system message present is retried with
   the merge, and then with consecutive same-role messages joined (for templates that demand
   strict user/assistant alternation).
 * **BOS.** The engine tokenizes the rendered text with ``add_special=True``, so llama.cpp
@@ -48,11 +65,13 @@ the clock (templates put today's date in the system header); the clock is inject
 
 from __future__ import annotations
 
+import enum
 import itertools
 import json
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
@@ -64,11 +83,14 @@ import jinja2.parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from app.engine.errors import EngineError
+from app.engine.reasoning import ReasoningFormat, detect_format, prompt_opens_reasoning
 
 __all__ = [
     "CHATML_TEMPLATE",
     "ChatTemplate",
     "ChatTemplateError",
+    "ReasoningEffort",
+    "ReasoningOptions",
 ]
 
 log = logging.getLogger(__name__)
@@ -128,6 +150,44 @@ _ASSISTANT_NEEDLE: Final = "LlamaDeskProbeAssistantText"
 _MARKER_RE: Final = re.compile(r"<[^<>\s]{1,64}>|\[/?[A-Za-z_]{2,32}\]")
 
 _MAX_MESSAGE_CHARS: Final = 300
+
+#: How llama.cpp joins a folded system message with the first user message.
+_SYSTEM_JOIN: Final = "\n"
+
+
+class ReasoningEffort(enum.Enum):
+    """How hard a reasoning model should think (for templates that take an effort)."""
+
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningOptions:
+    """The reasoning choices of one render.
+
+    ``effort=None`` leaves the template's own default ("medium" for gpt-oss).
+    """
+
+    enable_thinking: bool = True
+    effort: ReasoningEffort | None = None
+
+
+_DEFAULT_REASONING: Final = ReasoningOptions()
+
+# Kimi K3 takes low/high/max.
+_KIMI_EFFORTS: Final = {
+    ReasoningEffort.LOW: "low",
+    ReasoningEffort.MEDIUM: "high",
+    ReasoningEffort.HIGH: "max",
+}
+# Tencent Hy3 takes no_think/low/high (and defaults to no_think).
+_HY3_EFFORTS: Final = {
+    ReasoningEffort.LOW: "low",
+    ReasoningEffort.MEDIUM: "high",
+    ReasoningEffort.HIGH: "high",
+}
 
 
 class ChatTemplateError(EngineError):
@@ -229,9 +289,11 @@ _ENVIRONMENT: Final = _new_environment()
 
 
 def _merge_system(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """System messages folded into the next user message (``system + "\\n\\n" + user``).
+    """System messages folded into the next user message (``system + "\\n" + user``, the
+    join of llama.cpp's ``system_message_not_supported``).
 
-    System text with no user message after it becomes a user message of its own.
+    System text with no user message after it becomes a user message of its own (llama.cpp
+    drops it; keeping it loses nothing).
     """
     merged: list[dict[str, Any]] = []
     pending: list[str] = []
@@ -240,13 +302,13 @@ def _merge_system(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
         if role == "system":
             pending.append(str(message.get("content") or ""))
         elif role == "user" and pending:
-            content = "\n\n".join([*pending, str(message.get("content") or "")])
+            content = _SYSTEM_JOIN.join([*pending, str(message.get("content") or "")])
             merged.append({**message, "content": content})
             pending = []
         else:
             merged.append(dict(message))
     if pending:
-        merged.append({"role": "user", "content": "\n\n".join(pending)})
+        merged.append({"role": "user", "content": _SYSTEM_JOIN.join(pending)})
     return merged
 
 
@@ -345,6 +407,18 @@ class ChatTemplate:
         self._defaults: dict[str, Any] = {"tools": None, "documents": None}
         self.supports_system_role: Final[bool] = self._probe_system_role()
         self.stop_strings: Final[tuple[str, ...]] = self._probe_stop_strings()
+        #: The markers the model writes its reasoning in (NONE: no reasoning).
+        self.reasoning_format: Final[ReasoningFormat] = detect_format(template)
+        self._opens_cache: dict[ReasoningOptions, bool] = {}
+        #: Whether thinking on/off changes the prompt (show the toggle only then).
+        self.supports_thinking_toggle: Final[bool] = self._probe_differs(
+            ReasoningOptions(enable_thinking=True), ReasoningOptions(enable_thinking=False)
+        )
+        #: Whether the reasoning effort changes the prompt (show the control only then).
+        self.supports_effort: Final[bool] = self._probe_differs(
+            ReasoningOptions(effort=ReasoningEffort.LOW),
+            ReasoningOptions(effort=ReasoningEffort.HIGH),
+        )
 
     # ------------------------------------------------------------------ construction
 
@@ -398,6 +472,87 @@ class ChatTemplate:
             # llama.cpp adds the time of day too; the date alone keeps the prefix stable.
             context["datetime"] = self._now().strftime("%b %d %Y")
         return context
+
+    def _reasoning_variables(self, options: ReasoningOptions) -> dict[str, Any]:
+        """Template variables for ``options``, under the names this template reads."""
+        names = self._referenced
+        source = self.source
+        thinking = options.enable_thinking
+        effort = options.effort
+        # llama.cpp always passes enable_thinking.
+        variables: dict[str, Any] = {"enable_thinking": thinking}
+        if "thinking" in names:  # DeepSeek V3.x/V4, Granite 3.3, Kimi K3
+            variables["thinking"] = thinking
+        if "thinking_mode" in names:  # MiniMax-M3: enabled / disabled / adaptive
+            variables["thinking_mode"] = "enabled" if thinking else "disabled"
+        if "reasoning" in names and "<|START_THINKING|>" in source:  # Cohere2 MoE
+            variables["reasoning"] = thinking
+        if "thinking_budget" in names and not thinking:  # Seed-OSS: 0 answers directly
+            variables["thinking_budget"] = 0
+        if "reasoning_effort" in names:
+            if "'no_think'" in source:  # Tencent Hy3: no_think / low / high
+                if not thinking:
+                    variables["reasoning_effort"] = "no_think"
+                else:
+                    variables["reasoning_effort"] = _HY3_EFFORTS[effort or ReasoningEffort.HIGH]
+            elif not thinking and '"minimal"' in source and "<|think|>" in source:
+                # Solar Open closes the reasoning block for a minimal effort.
+                variables["reasoning_effort"] = "minimal"
+            elif effort is not None:
+                variables["reasoning_effort"] = effort.value
+        if effort is not None:
+            if "reasoning_strength" in names:  # Muse Glimmer (llama.cpp sets both)
+                variables["reasoning_strength"] = effort.value
+            if "thinking_effort" in names:  # Kimi K3
+                variables["thinking_effort"] = _KIMI_EFFORTS[effort]
+        return variables
+
+    def _probe_differs(self, first: ReasoningOptions, second: ReasoningOptions) -> bool:
+        """Whether a one-user-message prompt differs between two reasoning choices."""
+        probe = [{"role": "user", "content": _USER_NEEDLE}]
+        try:
+            one = self._render_raw(probe, True, self._reasoning_variables(first))
+            two = self._render_raw(probe, True, self._reasoning_variables(second))
+        except Exception as error:
+            log.debug("Chat template refuses a reasoning choice: %s", _describe(error))
+            return False
+        return one != two
+
+    def opens_reasoning(self, reasoning: ReasoningOptions | None = None) -> bool:
+        """Whether the generation prompt opens the reasoning block (``<think>\\n`` at its
+        end), so that the reply starts inside the reasoning.
+
+        Found by rendering one user message; for a rendered prompt at hand,
+        :func:`app.engine.reasoning.prompt_opens_reasoning` tells from its text.
+        """
+        options = reasoning or _DEFAULT_REASONING
+        cached = self._opens_cache.get(options)
+        if cached is not None:
+            return cached
+        probe = [{"role": "user", "content": _USER_NEEDLE}]
+        try:
+            text = self._render_raw(probe, True, self._reasoning_variables(options))
+        except Exception as error:
+            log.debug("Chat template cannot render its generation prompt: %s", _describe(error))
+            opens = False
+        else:
+            opens = prompt_opens_reasoning(text, self.reasoning_format)
+        self._opens_cache[options] = opens
+        return opens
+
+    def _prepare_messages(self, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Copies of ``messages`` with past reasoning where this template looks for it."""
+        harmony = "<|channel|>" in self.source
+        prepared: list[dict[str, Any]] = []
+        for message in messages:
+            copy = dict(message)
+            reasoning = copy.get("reasoning_content")
+            if "reasoning_content" in copy and not (isinstance(reasoning, str) and reasoning):
+                del copy["reasoning_content"]  # templates test `is string` or truthiness
+            elif harmony and isinstance(reasoning, str) and "thinking" not in copy:
+                copy["thinking"] = reasoning  # gpt-oss reads `thinking` (as llama.cpp maps)
+            prepared.append(copy)
+        return prepared
 
     def _render_raw(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool, extra: dict[str, Any]
@@ -478,12 +633,16 @@ class ChatTemplate:
         add_generation_prompt: bool = True,
         *,
         strip_bos: bool = True,
+        reasoning: ReasoningOptions | None = None,
         **extra: Any,
     ) -> str:
-        """The prompt text for ``messages`` (dicts with "role" and "content").
+        """The prompt text for ``messages`` (dicts with "role" and "content", assistant
+        messages optionally "reasoning_content").
 
-        ``add_generation_prompt`` appends the header of the assistant's reply. ``extra``
-        becomes template variables (``enable_thinking``, ``tools``, ``date_string`` ...).
+        ``add_generation_prompt`` appends the header of the assistant's reply.
+        ``reasoning`` chooses thinking on/off and the effort (default: thinking on, the
+        template's effort). ``extra`` becomes template variables (``tools``,
+        ``date_string`` ...) and wins over those that ``reasoning`` sets.
         With ``strip_bos`` (the default) one leading BOS token text is removed, because the
         engine tokenizes with ``add_special=True`` and llama.cpp adds BOS itself.
 
@@ -491,7 +650,8 @@ class ChatTemplate:
         after the system prompt has been merged into the first user message and repeated
         roles have been joined.
         """
-        given = [dict(message) for message in messages]
+        given = self._prepare_messages(messages)
+        extra = {**self._reasoning_variables(reasoning or _DEFAULT_REASONING), **extra}
         has_system = any(message.get("role") == "system" for message in given)
         first = _merge_system(given) if has_system and not self.supports_system_role else given
         candidates = [first]
@@ -528,4 +688,7 @@ class ChatTemplate:
 
     def __repr__(self) -> str:
         kind = f"builtin={self.builtin_name!r}" if self.fallback else "from model"
-        return f"<ChatTemplate {kind} system_role={self.supports_system_role}>"
+        return (
+            f"<ChatTemplate {kind} system_role={self.supports_system_role}"
+            f" reasoning={self.reasoning_format.value}>"
+        )
