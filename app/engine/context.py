@@ -15,6 +15,7 @@ import llama_cpp
 import numpy as np
 
 from app.engine import llama_log
+from app.engine.cache import CacheTraits
 from app.engine.errors import ContextError, EngineError, StateError
 from app.engine.model import Model
 from app.engine.settings import (
@@ -167,6 +168,13 @@ class Context:
         self.can_shift = (
             bool(llama_cpp.llama_memory_can_shift(self.memory)) if self.memory else False
         )
+        self.traits = CacheTraits.of(
+            recurrent=bool(llama_cpp.llama_model_is_recurrent(model.handle)),
+            hybrid=bool(llama_cpp.llama_model_is_hybrid(model.handle)),
+            n_swa=int(llama_cpp.llama_model_n_swa(model.handle)),
+            swa_full=settings.swa_full,
+            can_shift=self.can_shift,
+        )
         # Non-causal attention (embedding models) and encoders must see a whole batch in one
         # micro-batch: llama.cpp asserts n_ubatch >= n_tokens there.
         self.single_ubatch = (
@@ -293,6 +301,28 @@ class Context:
         self._check_seq(seq_id)
         buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
         return int(llama_cpp.llama_state_seq_set_data(self.handle, buf, len(blob), seq_id)) > 0
+
+    def partial_state_get(self, seq_id: int) -> bytes:
+        """The part of the sequence's state that cannot be cut back (recurrent or
+        sliding-window layers), for a checkpoint."""
+        self._check_seq(seq_id)
+        flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        size = int(llama_cpp.llama_state_seq_get_size_ext(self.handle, seq_id, flags))
+        buf = (ctypes.c_uint8 * size)()
+        written = int(llama_cpp.llama_state_seq_get_data_ext(self.handle, buf, size, seq_id, flags))
+        if written == 0 and size:
+            raise StateError("llama.cpp could not copy the sequence's checkpoint state.")
+        return bytes(memoryview(buf)[:written])
+
+    def partial_state_set(self, seq_id: int, blob: bytes) -> bool:
+        """Put a checkpoint's part back; the attention part is left as it is."""
+        self._check_seq(seq_id)
+        flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
+        return (
+            int(llama_cpp.llama_state_seq_set_data_ext(self.handle, buf, len(blob), seq_id, flags))
+            > 0
+        )
 
     def full_state_get(self) -> bytes:
         size = int(llama_cpp.llama_state_get_size(self.handle))

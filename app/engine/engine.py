@@ -22,7 +22,9 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from app.engine.chat_template import ChatTemplate
+from app.engine.cache import CacheTraits
+from app.engine.chat_template import ChatTemplate, ReasoningOptions
+from app.engine.checkpoints import Checkpoint, Checkpoints
 from app.engine.context import Context
 from app.engine.errors import ContextError, ContextFullError, EngineError, StateError
 from app.engine.events import (
@@ -37,6 +39,13 @@ from app.engine.events import (
 )
 from app.engine.metadata import ModelInfo
 from app.engine.model import Model, ProgressCallback
+from app.engine.reasoning import (
+    Channel,
+    Piece,
+    ReasoningFormat,
+    ReasoningSplitter,
+    prompt_opens_reasoning,
+)
 from app.engine.sampling import Sampler
 from app.engine.settings import ContextSettings, ModelSettings, SamplingParams
 from app.engine.state_file import SequenceState
@@ -56,6 +65,12 @@ class _Seq:
     pending: list[int] = field(default_factory=list)  # to decode next (prompt, or last sample)
     parked: SequenceState | None = None  # the cache while not resident
     cut_after_restore: int | None = None  # truncate the restored cache to this many tokens
+    checkpoints: Checkpoints = field(default_factory=Checkpoints)
+    checkpoint_at: set[int] = field(default_factory=set)  # take one when the cache holds this many
+    # Logits for the token after the first ``ready_at`` cached tokens (from a checkpoint):
+    # generation can start there without decoding the last token again.
+    ready_logits: bytes | None = None
+    ready_at: int = -1
     maybe_shared: bool = False  # cells may be shared with a fork (seq_cp in a unified cache)
     busy: bool = False  # prefilling or generating
     want_generation: bool = False
@@ -77,6 +92,11 @@ class _Seq:
     policy: str | None = None  # "shift" or "stop" when the context is full; None = the engine's
     last_used: int = 0
     t_gen_start: float = 0.0
+    # How this turn's reply is split into reasoning and answer (NONE: all answer).
+    reasoning: ReasoningOptions | None = None  # thinking on/off and effort, per chat
+    reasoning_format: ReasoningFormat = ReasoningFormat.NONE
+    opens_reasoning: bool = False  # the prompt ended inside an open reasoning block
+    splitter: ReasoningSplitter | None = None
 
     @property
     def n_past(self) -> int:
@@ -204,6 +224,15 @@ class Engine:
             "n_ctx": ctx.n_ctx if ctx is not None else 0,
         }
 
+    @property
+    def _traits(self) -> CacheTraits:
+        return self._need_ctx().traits
+
+    @property
+    def cache_traits(self) -> CacheTraits:
+        """What this context's cache can do (its architecture family)."""
+        return self._traits
+
     def _need_model(self) -> Model:
         if self.model is None:
             raise EngineError("No model is loaded. Load a model first.")
@@ -234,10 +263,17 @@ class Engine:
     def detokenize(self, tokens: Iterable[int], special: bool = False) -> str:
         return self._need_model().detokenize(list(tokens), special)
 
-    def render_chat(self, messages: list[Message], add_generation_prompt: bool = True) -> str:
+    def render_chat(
+        self,
+        messages: list[Message],
+        add_generation_prompt: bool = True,
+        reasoning: ReasoningOptions | None = None,
+    ) -> str:
         if self.template is None:
             raise EngineError("No model is loaded. Load a model first.")
-        return self.template.render(messages, add_generation_prompt=add_generation_prompt)
+        return self.template.render(
+            messages, add_generation_prompt=add_generation_prompt, reasoning=reasoning
+        )
 
     # ---------------------------------------------------------------- sequences
 
@@ -282,6 +318,9 @@ class Engine:
         seq.tokens, seq.pending, seq.parked = [], [], None
         seq.messages, seq.n_dropped, seq.n_keep, seq.maybe_shared = None, 0, 0, False
         seq.cut_after_restore, seq.encoder_input, seq.last_logits = None, None, None
+        seq.checkpoints.clear()
+        seq.checkpoint_at.clear()
+        seq.ready_logits, seq.ready_at = None, -1
         if self._encoded_for is not None and self._encoded_for[0] == key:
             self._encoded_for = None
 
@@ -324,10 +363,16 @@ class Engine:
         for other in self._seqs.values():
             if other is not seq and other.seq_id is not None:
                 other.seq_id = None
-                other.tokens, other.pending = [], other.tokens + other.pending
+                other.pending = other.tokens + other.pending
+                self._set_held(other, 0)
 
     def fork(self, key: int, n_tokens: int | None = None) -> int:
-        """A new sequence holding the first ``n_tokens`` of ``key``'s cache, without recomputing."""
+        """A new sequence holding the first ``n_tokens`` of ``key``'s cache, without recomputing.
+
+        The whole state is copied (a recurrent state cannot be copied in part), then cut
+        back to ``n_tokens`` like any other cut: exactly where the cache allows it, else from
+        the checkpoint at or before ``n_tokens``, the rest queued to be processed again.
+        """
         src = self._seq(key)
         self._require_idle(src)
         ctx = self._need_ctx()
@@ -354,19 +399,21 @@ class Engine:
             if dst.seq_id is None:
                 raise EngineError(no_slot)
             if ctx.settings.kv_unified:
-                ctx.seq_cp(
-                    src.seq_id, dst.seq_id, 0, n_tokens if n_tokens < len(src.tokens) else -1
-                )
+                ctx.seq_cp(src.seq_id, dst.seq_id, -1, -1)
                 src.maybe_shared = dst.maybe_shared = True
-            else:  # a split cache cannot share cells: copy the data instead
-                if not ctx.state_set(dst.seq_id, ctx.state_get(src.seq_id)):
-                    raise StateError("Could not copy the sequence state for the fork.")
-                ctx.seq_rm(dst.seq_id, n_tokens, -1)
+            elif not ctx.state_set(dst.seq_id, ctx.state_get(src.seq_id)):
+                # A split cache cannot share cells: copy the data instead.
+                raise StateError("Could not copy the sequence state for the fork.")
         except BaseException:
             self.close_sequence(dst.key)
             raise
-        dst.tokens = src.tokens[:n_tokens]
-        dst.pending = list(src.pending) if n_tokens == len(src.tokens) else []
+        dst.tokens = list(src.tokens)
+        dst.checkpoints = src.checkpoints.copy(up_to=n_tokens)
+        dst.ready_logits, dst.ready_at = src.ready_logits, src.ready_at
+        kept = self._truncate(dst, n_tokens)
+        dst.pending = src.tokens[kept:n_tokens]
+        if n_tokens == len(src.tokens):
+            dst.pending += src.pending
         return dst.key
 
     # ---------------------------------------------------------------- prompting
@@ -378,6 +425,7 @@ class Engine:
         system: str | None = None,
         add_generation_prompt: bool = True,
         reserve: int | None = None,
+        reasoning: ReasoningOptions | None = None,
     ) -> int:
         """Queue a conversation; only the suffix the cache does not hold is processed.
 
@@ -401,7 +449,7 @@ class Engine:
         dropped = min(seq.n_dropped, max(0, len(body) - 1)) if seq.messages is not None else 0
         while True:
             kept = head + body[dropped:]
-            text = self.render_chat(kept, add_generation_prompt)
+            text = self.render_chat(kept, add_generation_prompt, reasoning)
             tokens = model.tokenize(text, add_special=True, parse_special=True)
             if len(tokens) <= budget or dropped >= len(body) - 1:
                 break
@@ -411,9 +459,31 @@ class Engine:
                 f"The conversation needs {len(tokens):,} tokens but the context holds {self.n_ctx_seq:,}: "
                 "raise the context size in Settings or start a new conversation."
             )
-        seq.messages, seq.n_dropped = msgs, dropped
-        seq.n_keep = self._system_tokens(head, tokens) if head else (1 if model.add_bos else 0)
-        return self._set_tokens(seq, self._reuse_sampled_tokens(seq, text, tokens))
+        seq.messages, seq.n_dropped, seq.reasoning = msgs, dropped, reasoning
+        seq.n_keep = (
+            self._system_tokens(head, tokens, reasoning) if head else (1 if model.add_bos else 0)
+        )
+        template = self.template
+        assert template is not None
+        seq.reasoning_format = (
+            template.reasoning_format if add_generation_prompt else ReasoningFormat.NONE
+        )
+        seq.opens_reasoning = prompt_opens_reasoning(text, seq.reasoning_format)
+        tokens = self._reuse_sampled_tokens(seq, text, tokens)
+        marks = self._chat_marks(seq, kept, tokens) if self._traits.needs_checkpoints else ()
+        return self._set_tokens(seq, tokens, marks)
+
+    def _chat_marks(self, seq: _Seq, kept: list[Message], tokens: list[int]) -> list[int]:
+        """Where to checkpoint a chat prompt besides its end: after the system prompt and
+        before the last user message (an edit of that message restores there)."""
+        marks = [seq.n_keep] if seq.n_keep > 1 else []
+        last_user = max((i for i, m in enumerate(kept) if m.get("role") == "user"), default=0)
+        if last_user > 0:
+            text = self.render_chat(kept[:last_user], False, seq.reasoning)
+            before = self._need_model().tokenize(text, add_special=True, parse_special=True)
+            if _common_prefix(before, tokens) == len(before):
+                marks.append(len(before))
+        return marks
 
     def _reuse_sampled_tokens(self, seq: _Seq, text: str, tokens: list[int]) -> list[int]:
         """Keep the tokens the model sampled when the new prompt text continues them.
@@ -427,30 +497,40 @@ class Engine:
         common = _common_prefix(seq.tokens, tokens)
         if common == len(seq.tokens):
             return tokens
-        # Compare what follows the common prefix as text: the cached tail (the sampled
-        # reply) must be exactly the start of the new tail.
-        try:
-            held = b"".join(model.piece(t, special=True) for t in seq.tokens[common:]).decode(
-                "utf-8"
-            )
-            new = b"".join(model.piece(t, special=True) for t in tokens[common:]).decode("utf-8")
-        except UnicodeDecodeError:
+        # Walk the cached tokens past the common prefix while their text is the start of
+        # the new text: the sampled reply, and whatever followed it that the new prompt
+        # still has (a regenerated later turn keeps the earlier replies' sampled tokens).
+        new = b"".join(model.piece(t, special=True) for t in tokens[common:])
+        held, offset, rest = common, 0, ""
+        for token in seq.tokens[common:]:
+            piece = model.piece(token, special=True)
+            if not piece or new[offset : offset + len(piece)] != piece:
+                break
+            held, offset = held + 1, offset + len(piece)
+        while held > common:
+            try:
+                rest = new[offset:].decode("utf-8")
+                break
+            except UnicodeDecodeError:  # the cut falls inside a character: step back
+                held -= 1
+                offset -= len(model.piece(seq.tokens[held], special=True))
+        if held == common:
             return tokens
-        if not held or not new.startswith(held):
-            return tokens
-        tail = model.tokenize(new[len(held) :], add_special=False, parse_special=True)
-        candidate = seq.tokens + tail
+        tail = model.tokenize(rest, add_special=False, parse_special=True) if rest else []
+        candidate = seq.tokens[:held] + tail
         # Accept only the same bytes split another way: a vocabulary that adds a space in
         # front of every text run (SentencePiece) would otherwise slip in text the template
         # never rendered.
-        same_text = b"".join(
-            model.piece(t, special=True) for t in candidate[common:]
-        ) == new.encode("utf-8")
+        same_text = b"".join(model.piece(t, special=True) for t in candidate[common:]) == new
         return candidate if same_text else tokens
 
-    def _system_tokens(self, head: list[Message], tokens: list[int]) -> int:
+    def _system_tokens(
+        self, head: list[Message], tokens: list[int], reasoning: ReasoningOptions | None
+    ) -> int:
         model = self._need_model()
-        prefix = model.tokenize(self.render_chat(head, False), add_special=True, parse_special=True)
+        prefix = model.tokenize(
+            self.render_chat(head, False, reasoning), add_special=True, parse_special=True
+        )
         n = _common_prefix(prefix, tokens)
         return n
 
@@ -465,6 +545,7 @@ class Engine:
         seq = self._seq(key)
         self._require_idle(seq)
         seq.messages, seq.n_dropped = None, 0
+        seq.reasoning_format, seq.opens_reasoning = ReasoningFormat.NONE, False
         seq.n_keep = 1 if self._need_model().add_bos else 0
         return self._set_tokens(seq, list(tokens))
 
@@ -495,7 +576,7 @@ class Engine:
                 f"Token id {bad} is not in this model's vocabulary (0..{model.n_vocab - 1})."
             )
 
-    def _set_tokens(self, seq: _Seq, tokens: list[int]) -> int:
+    def _set_tokens(self, seq: _Seq, tokens: list[int], marks: Iterable[int] = ()) -> int:
         self._check_tokens(tokens)
         model = self._need_model()
         if model.has_encoder:
@@ -505,15 +586,32 @@ class Engine:
                 f"The prompt is {len(tokens):,} tokens but the context holds {self.n_ctx_seq:,}: "
                 "shorten it or raise the context size."
             )
-        common = _common_prefix(seq.tokens, tokens)
-        if common == len(tokens) and common > 0:
-            common -= 1  # the last token must be decoded again to get its logits
-        self._truncate(seq, common)
-        seq.pending = tokens[common:]
+        kept = self._truncate(seq, _common_prefix(seq.tokens, tokens))
+        seq.pending = tokens[kept:]
+        if not seq.pending:
+            self._queue_for_logits(seq)
+        if self._traits.needs_checkpoints:
+            seq.checkpoint_at = {
+                m for m in (*marks, len(tokens)) if len(seq.tokens) < m <= len(tokens)
+            }
         seq.prompt_total, seq.prompt_done = len(seq.pending), 0
         seq.completion = Completion(n_prompt=len(tokens), n_prompt_processed=len(seq.pending))
         self._touch(seq)
         return len(seq.pending)
+
+    def _queue_for_logits(self, seq: _Seq) -> None:
+        """Make sure the next step has logits for the token after what the cache holds: a
+        checkpoint's saved logits, or the last token(s) queued to be decoded again."""
+        if not seq.tokens or self._ready_logits(seq) is not None:
+            return
+        held = list(seq.tokens)
+        kept = self._truncate(seq, len(held) - 1)
+        seq.pending = held[kept:] + seq.pending
+
+    def _ready_logits(self, seq: _Seq) -> np.ndarray | None:
+        if seq.ready_logits is None or seq.ready_at != len(seq.tokens) or seq.pending:
+            return None
+        return np.frombuffer(seq.ready_logits, dtype=np.float32)
 
     def _set_encoder_input(self, seq: _Seq, tokens: list[int]) -> int:
         """Encoder-decoder models: the prompt goes through ``llama_encode``; decoding starts
@@ -559,21 +657,70 @@ class Engine:
         self._encoded_for = (seq.key, seq.seq_id)
         return True
 
-    def _truncate(self, seq: _Seq, n: int) -> None:
-        """Keep only the first ``n`` cached tokens."""
+    def _truncate(self, seq: _Seq, n: int) -> int:
+        """Keep at most the first ``n`` cached tokens; returns how many are kept.
+
+        Fewer than ``n`` when the cache cannot be cut there (recurrent state, a sliding
+        window that forgot): the latest checkpoint before ``n`` is restored, or the cache is
+        emptied. The caller queues the tokens past the returned count again.
+        """
         if n >= len(seq.tokens):
-            return
+            return len(seq.tokens)
         if seq.seq_id is not None:
-            ctx = self._need_ctx()
-            if not ctx.seq_rm(seq.seq_id, n, -1):  # partial removal unsupported (recurrent)
-                ctx.seq_rm(seq.seq_id, -1, -1)
-                seq.pending = seq.tokens[:n] + seq.pending
-                n = 0
+            n = self._cut(seq, n)
         elif seq.parked is not None:
             seq.cut_after_restore = n if n > 0 else None
             if n == 0:
                 seq.parked = None
-        seq.tokens = seq.tokens[:n]
+        self._set_held(seq, n)
+        return n
+
+    def _cut(self, seq: _Seq, n: int) -> int:
+        ctx = self._need_ctx()
+        sid = seq.seq_id
+        assert sid is not None
+        traits = ctx.traits
+        if traits.can_cut(n, len(seq.tokens), ctx.seq_pos_min(sid)) and ctx.seq_rm(sid, n, -1):
+            return n
+        checkpoint = seq.checkpoints.best_for(n)
+        if (
+            checkpoint is not None
+            and ctx.partial_state_set(sid, checkpoint.blob)
+            and ctx.seq_rm(sid, checkpoint.n_tokens, -1)
+        ):
+            log.debug(
+                "sequence %d: restored the checkpoint at %d of %d tokens",
+                seq.key,
+                checkpoint.n_tokens,
+                n,
+            )
+            if checkpoint.logits is not None:
+                seq.ready_logits, seq.ready_at = checkpoint.logits, checkpoint.n_tokens
+            return checkpoint.n_tokens
+        log.debug("sequence %d: no checkpoint before %d tokens; processing again", seq.key, n)
+        ctx.seq_rm(sid, -1, -1)
+        return 0
+
+    def _set_held(self, seq: _Seq, n: int) -> None:
+        """The cache now holds the first ``n`` of the tokens we counted."""
+        del seq.tokens[n:]
+        seq.checkpoints.drop_after(n)
+        if seq.ready_at > n:
+            seq.ready_logits, seq.ready_at = None, -1
+
+    def _take_checkpoint(self, seq: _Seq, logits: np.ndarray | None) -> None:
+        ctx = self._need_ctx()
+        assert seq.seq_id is not None
+        try:
+            blob = ctx.partial_state_get(seq.seq_id)
+        except StateError as exc:
+            log.warning("no checkpoint for sequence %d: %s", seq.key, exc)
+            return
+        raw = None
+        if logits is not None:
+            same = seq.ready_at == len(seq.tokens) and seq.ready_logits is not None
+            raw = seq.ready_logits if same else logits.astype(np.float32).tobytes()
+        seq.checkpoints.add(Checkpoint(len(seq.tokens), blob, raw))
 
     # ---------------------------------------------------------------- generation
 
@@ -590,9 +737,7 @@ class Engine:
                 if not seq.pending:
                     raise EngineError("There is nothing to generate from: the prompt is empty.")
             else:
-                last = len(seq.tokens) - 1
-                seq.pending = [seq.tokens[last]]
-                self._truncate(seq, last)
+                self._queue_for_logits(seq)
         if seq.sampler:
             seq.sampler.close()
         seq.sampler = Sampler(model.vocab, model.n_vocab, params, self.n_ctx_seq)
@@ -605,6 +750,11 @@ class Engine:
         seq.params = params
         seq.utf8 = Utf8Stream()
         seq.stopper = StopMatcher(params.stop)
+        seq.splitter = (
+            ReasoningSplitter(seq.reasoning_format, seq.opens_reasoning)
+            if seq.reasoning_format is not ReasoningFormat.NONE
+            else None
+        )
         seq.busy = seq.want_generation = True
         seq.generating = False
         seq.stop_requested = False
@@ -623,9 +773,11 @@ class Engine:
         seq = self._seq(key)
         self._require_idle(seq)
         if logits and not seq.pending and seq.tokens:
-            last = len(seq.tokens) - 1
-            seq.pending = [seq.tokens[last]]
-            self._truncate(seq, last)
+            ready = self._ready_logits(seq)
+            if ready is not None:
+                seq.last_logits = ready.copy()
+                return
+            self._queue_for_logits(seq)
         if seq.pending:
             seq.busy, seq.want_generation, seq.generating = True, False, False
             seq.want_logits = logits
@@ -715,6 +867,14 @@ class Engine:
                     return events
         for seq in sorted(busy, key=lambda s: s.seq_id is None):
             self._ensure_resident(seq, events, protect={s.key for s in busy})
+        for seq in busy:
+            ready = self._ready_logits(seq) if seq.want_generation and not seq.generating else None
+            if ready is not None and seq.seq_id is not None:
+                # A checkpoint kept the prompt's last logits: the reply starts without a decode.
+                assert seq.sampler is not None
+                seq.generating = True
+                seq.t_gen_start = time.perf_counter()
+                self._on_token(seq, seq.sampler.sample_logits(ready), events)
         prompt_cap: int | None = None  # shrinks when the cache has no room for the batch
         for _attempt in range(12):
             spans = self._build_batch(events, prompt_cap)
@@ -766,11 +926,18 @@ class Engine:
                 continue
             if not self._make_room(seq, min(len(seq.pending), room), events):
                 continue
+            # A chunk ends where a checkpoint is due, so the state can be taken there.
+            mark = min((m for m in seq.checkpoint_at if m > len(seq.tokens)), default=None)
+            if mark is not None:
+                room = min(room, mark - len(seq.tokens))
             chunk = seq.pending[:room]
             if not seq.generating:
                 prompt_room -= len(chunk)
             completes = len(chunk) == len(seq.pending)
-            want_logits = completes and (seq.want_generation or seq.want_logits)
+            at_mark = mark == len(seq.tokens) + len(chunk)
+            # The last prompt token's logits are always kept (one row): a reply, or a later
+            # regenerate, starts from them.
+            want_logits = at_mark or completes
             assert seq.seq_id is not None
             index = batch.add_span(chunk, len(seq.tokens), seq.seq_id, want_logits)
             spans.append((seq, chunk, index if want_logits else None))
@@ -787,17 +954,24 @@ class Engine:
         for seq, chunk, index in spans:
             seq.tokens.extend(chunk)
             del seq.pending[: len(chunk)]
+            logits = ctx.logits(index) if index is not None and not seq.generating else None
+            if logits is not None and not seq.pending:
+                # The prompt's last logits: a regenerated reply starts here without a decode.
+                seq.ready_logits, seq.ready_at = logits.tobytes(), len(seq.tokens)
+            if len(seq.tokens) in seq.checkpoint_at:
+                seq.checkpoint_at.discard(len(seq.tokens))
+                self._take_checkpoint(seq, logits)
             if not seq.generating:
                 seq.prompt_done += len(chunk)
                 seq.completion.prompt_ms += elapsed_ms
                 events.append(PromptProgress(seq.key, seq.prompt_done, seq.prompt_total))
-                if index is not None and seq.want_logits:
-                    seq.last_logits = ctx.logits(index)
+                if logits is not None and seq.want_logits and not seq.pending:
+                    seq.last_logits = logits
                 if not seq.pending and not seq.want_generation:
                     seq.busy = seq.want_logits = False
                     events.append(Finished(seq.key, seq.completion))
                     continue
-            if index is None:
+            if index is None or seq.pending:
                 continue
             if not seq.generating:
                 seq.generating = True
@@ -817,25 +991,55 @@ class Engine:
             self._finish(seq, "eog", events)
             return
         seq.completion.tokens.append(token)
-        text = seq.stopper.feed(seq.utf8.feed(model.piece(token)))
-        if text:
-            seq.completion.text += text
-            events.append(TokenText(seq.key, text, token))
+        # A reasoning format's markers may be control tokens (gpt-oss's <|channel|>): the
+        # splitter reads them and keeps them out of the text.
+        piece = model.piece(token, special=seq.splitter is not None)
+        self._emit_text(seq, seq.stopper.feed(seq.utf8.feed(piece)), token, events)
         if seq.stopper.stopped is not None:
             self._finish(seq, "stop", events)
         elif 0 < params.max_tokens <= len(seq.completion.tokens):
             self._finish(seq, "length", events)
+
+    def _emit_text(self, seq: _Seq, text: str, token: int, events: list[Event]) -> None:
+        if text:
+            pieces = (
+                [Piece(Channel.ANSWER, text)] if seq.splitter is None else seq.splitter.feed(text)
+            )
+            self._emit_pieces(seq, pieces, token, events)
+
+    def _emit_pieces(self, seq: _Seq, pieces: list[Piece], token: int, events: list[Event]) -> None:
+        completion = seq.completion
+        for piece in pieces:
+            if not piece.text:
+                continue
+            if piece.channel is Channel.REASONING:
+                completion.reasoning += piece.text
+            else:
+                if completion.reasoning and completion.reasoning_ms is None:
+                    completion.reasoning_ms = (time.perf_counter() - seq.t_gen_start) * 1000.0
+                completion.text += piece.text
+            events.append(TokenText(seq.key, piece.text, token, piece.channel))
 
     def _finish(
         self, seq: _Seq, reason: str, events: list[Event], error: str | None = None
     ) -> None:
         if reason != "stop":
             tail = seq.stopper.feed(seq.utf8.flush()) + seq.stopper.flush()
-            if tail:
-                seq.completion.text += tail
-                events.append(TokenText(seq.key, tail, -1))
+            self._emit_text(seq, tail, -1, events)
+        if seq.splitter is not None:
+            self._emit_pieces(seq, seq.splitter.flush(), -1, events)
+            seq.splitter = None
+        if seq.completion.reasoning and seq.completion.reasoning_ms is None and seq.generating:
+            seq.completion.reasoning_ms = (time.perf_counter() - seq.t_gen_start) * 1000.0
         if seq.generating:
             seq.completion.gen_ms = (time.perf_counter() - seq.t_gen_start) * 1000.0
+            if (
+                reason in ("eog", "stop", "length")
+                and seq.seq_id is not None
+                and self._traits.needs_checkpoints
+            ):
+                self._take_checkpoint(seq, None)  # after the reply: the next turn starts here
+        seq.checkpoint_at.clear()
         seq.completion.finish_reason = reason
         seq.completion.error = error
         seq.busy = seq.generating = seq.want_generation = seq.want_logits = False
@@ -858,17 +1062,18 @@ class Engine:
             base = len(seq.tokens)
             if held < base:  # the cache lost cells we counted: process them again
                 seq.pending = seq.tokens[held:] + seq.pending
-                seq.tokens = seq.tokens[:held]
+                self._set_held(seq, held)
                 continue
             done = min(len(chunk), held - base)
-            if done and done == len(seq.pending):
-                done -= 1  # its logits were never read: decode the last token again
-            ctx.seq_rm(seq.seq_id, base + done, -1)
             if done:
                 seq.tokens.extend(chunk[:done])
                 del seq.pending[:done]
                 if not seq.generating:
                     seq.prompt_done += done
+            if done and not seq.pending and (seq.want_generation or seq.want_logits):
+                # Its logits were never read: decode the last token again (from a
+                # checkpoint where the cache cannot drop one token).
+                self._queue_for_logits(seq)
 
     def _make_pool_room(
         self,
@@ -933,7 +1138,7 @@ class Engine:
         body = seq.messages[len(head) + seq.n_dropped :]
         bounds = []
         for i in range(1, len(body) + 1):
-            text = self.render_chat(head + body[:i], False)
+            text = self.render_chat(head + body[:i], False, seq.reasoning)
             toks = model.tokenize(text, add_special=True, parse_special=True)
             n = _common_prefix(toks, seq.tokens)
             if n == len(toks):
@@ -965,15 +1170,21 @@ class Engine:
         assert seq.seq_id is not None
         sid = seq.seq_id
         original = list(seq.tokens)
-        if ctx.can_shift and (not seq.maybe_shared or self._make_physical(seq)):
+        # A recurrent state keeps what a shift drops: there the kept text is processed
+        # again instead (from the system prompt's checkpoint where there is one).
+        exact = ctx.traits.shifts_exactly
+        if exact and seq.maybe_shared and not self._make_physical(seq):
+            self._set_held(seq, 0)  # no room for a copy: the cache was emptied
+            exact = False
+        seq.checkpoint_at.clear()
+        if exact:
             ctx.seq_rm(sid, n_keep, n_keep + n_discard)
             ctx.seq_add(sid, n_keep + n_discard, -1, -n_discard)
+            self._set_held(seq, n_keep)
             seq.tokens = original[:n_keep] + original[n_keep + n_discard :]
-        else:  # re-process what is kept after the system prompt
-            keep = min(ctx.seq_pos_max(sid) + 1, n_keep)
-            ctx.seq_rm(sid, keep, -1)
-            seq.tokens = original[:keep]
-            seq.pending = original[keep:n_keep] + original[n_keep + n_discard :] + seq.pending
+        else:
+            kept = self._truncate(seq, n_keep)
+            seq.pending = original[kept:n_keep] + original[n_keep + n_discard :] + seq.pending
         seq.n_dropped += dropped_messages
         events.append(ContextShifted(seq.key, n_discard, n_keep))
         return True
@@ -1027,15 +1238,15 @@ class Engine:
         if seq.seq_id is None:
             return  # every slot is busy: this sequence waits for one
         parked, seq.parked = seq.parked, None
-        if parked is not None and not self._restore_into(seq, parked):
+        cut, seq.cut_after_restore = seq.cut_after_restore, None
+        if parked is not None and self._restore_into(seq, parked):
+            if cut is not None:
+                held = list(seq.tokens)
+                kept = self._truncate(seq, cut)
+                seq.pending = held[kept:cut] + seq.pending
+        elif seq.tokens:
             seq.pending = seq.tokens + seq.pending
-            seq.tokens = []
-        elif parked is None and seq.tokens:
-            seq.pending = seq.tokens + seq.pending
-            seq.tokens = []
-        if seq.cut_after_restore is not None:
-            self._truncate(seq, seq.cut_after_restore)
-            seq.cut_after_restore = None
+            self._set_held(seq, 0)
 
     def _restore_into(self, seq: _Seq, state: SequenceState) -> bool:
         ctx = self._need_ctx()
@@ -1101,6 +1312,7 @@ class Engine:
             pending=list(seq.pending),
             n_keep=seq.n_keep,
             extra={"n_dropped": seq.n_dropped},
+            checkpoints=self._saved_checkpoints(seq),
         )
 
     def save_state(self, key: int) -> bytes:
@@ -1127,6 +1339,7 @@ class Engine:
                 list(seq.pending),
                 seq.n_keep,
                 {"n_dropped": seq.n_dropped},
+                self._saved_checkpoints(seq),
             ).to_bytes()
         return self._state_of(seq).to_bytes()
 
@@ -1181,9 +1394,11 @@ class Engine:
             seq.parked = state
             seq.tokens = list(state.tokens)
             seq.pending = list(state.pending)
+            self._adopt_checkpoints(seq, state)
             return True
         if self._restore_into(seq, state):
             seq.pending = list(state.pending)
+            self._adopt_checkpoints(seq, state)
             return True
         self.last_restore_error = (
             "llama.cpp did not accept the saved cache (it does not fit this context)."
@@ -1191,6 +1406,27 @@ class Engine:
         if fits:
             seq.pending = list(state.tokens + state.pending)
         return False
+
+    @staticmethod
+    def _saved_checkpoints(seq: _Seq) -> list[Checkpoint]:
+        """The checkpoints, and the prompt's last logits as one without state data."""
+        saved = list(seq.checkpoints)
+        if seq.ready_logits is not None and 0 < seq.ready_at <= len(seq.tokens):
+            if seq.checkpoints.at(seq.ready_at) is None:
+                saved.append(Checkpoint(seq.ready_at, b"", seq.ready_logits))
+                saved.sort(key=lambda c: c.n_tokens)
+        return saved
+
+    def _adopt_checkpoints(self, seq: _Seq, state: SequenceState) -> None:
+        """Keep a restored state's checkpoints (logits of another size are dropped)."""
+        logits_size = 4 * self._need_model().n_vocab
+        for c in state.checkpoints:
+            if c.logits is not None and len(c.logits) != logits_size:
+                c = Checkpoint(c.n_tokens, c.blob, None)
+            if c.logits is not None and c.n_tokens >= seq.ready_at:
+                seq.ready_logits, seq.ready_at = c.logits, c.n_tokens
+            if c.blob:
+                seq.checkpoints.add(c)
 
     def restore_state_file(self, key: int, path: str | os.PathLike[str]) -> bool:
         try:
@@ -1262,7 +1498,8 @@ class Engine:
                 # seq.tokens already reflects a cut made while parked.
                 everything = seq.tokens + seq.pending
                 seq.pending = everything if len(everything) < ctx.n_ctx_seq else []
-                seq.tokens, seq.parked, seq.cut_after_restore = [], None, None
+                seq.parked, seq.cut_after_restore = None, None
+                self._set_held(seq, 0)
         for seq in resident[: ctx.n_seq_max]:
             if seq.parked is not None:
                 self._ensure_resident(seq, self._side_events, protect={seq.key})

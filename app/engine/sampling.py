@@ -6,7 +6,10 @@ its sequence; after a restore it is rebuilt and fed the recent tokens again.
 
 from __future__ import annotations
 
+import ctypes
+
 import llama_cpp
+import numpy as np
 
 from app.engine.errors import ContextError
 from app.engine.settings import SamplingParams
@@ -79,6 +82,26 @@ class Sampler:
     def sample(self, ctx: llama_cpp.llama_context_p, batch_index: int) -> int:
         """Sample from the logits of ``batch_index`` and accept the token into the chain."""
         return int(llama_cpp.llama_sampler_sample(self.handle, ctx, batch_index))
+
+    def sample_logits(self, logits: np.ndarray) -> int:
+        """Sample from saved logits (a checkpoint's), as ``llama_sampler_sample`` does from
+        the context's: apply the chain to every candidate, then accept the choice."""
+        n = len(logits)
+        data = np.zeros(n, dtype=[("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+        data["id"] = np.arange(n, dtype=np.int32)
+        data["logit"] = logits
+        cur = llama_cpp.llama_token_data_array(
+            data=data.ctypes.data_as(llama_cpp.llama_token_data_p),
+            size=n,
+            selected=-1,
+            sorted=False,
+        )
+        llama_cpp.llama_sampler_apply(self.handle, ctypes.byref(cur))
+        if not 0 <= cur.selected < cur.size:
+            raise ContextError("The sampler chose no token (internal error).")
+        token = int(cur.data[cur.selected].id)
+        llama_cpp.llama_sampler_accept(self.handle, token)
+        return token
 
     def accept(self, token: int) -> None:
         llama_cpp.llama_sampler_accept(self.handle, token)

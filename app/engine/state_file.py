@@ -4,10 +4,12 @@ llama.cpp restores a blob with flipped bytes without complaint (and then generat
 poisoned cache), and accepts a blob from another model of the same shape. So every blob is
 wrapped with what it needs to be trusted, and checked before llama.cpp sees it:
 
-    magic (8) | format version (u32) | header length (u32) | header hash (16) | header JSON | blob
+    magic (8) | format version (u32) | header length (u32) | header hash (16) | header JSON
+    | blob | checkpoint blobs and logits (version 2)
 
 The header holds the model fingerprint, the cache-layout settings, the token list the cells
-hold, the tokens still to process, and the blob's size and hash.
+hold, the tokens still to process, the blob's size and hash, and the position and sizes of
+each checkpoint (:mod:`app.engine.checkpoints`), whose bytes share one hash.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.engine.checkpoints import Checkpoint
 from app.engine.errors import StateError
 
 MAGIC = b"LDKVSEQ\x00"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1 had no checkpoints
 _FIXED = struct.Struct("<8sII16s")
 
 
@@ -40,8 +44,10 @@ class SequenceState:
     pending: list[int] = field(default_factory=list)
     n_keep: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    checkpoints: list[Checkpoint] = field(default_factory=list)
 
     def to_bytes(self) -> bytes:
+        tail = b"".join(c.blob + (c.logits or b"") for c in self.checkpoints)
         header = {
             "model_fingerprint": self.model_fingerprint,
             "layout": self.layout,
@@ -51,9 +57,13 @@ class SequenceState:
             "blob_size": len(self.blob),
             "blob_hash": _digest(self.blob).hex(),
             "extra": self.extra,
+            "checkpoints": [
+                [c.n_tokens, len(c.blob), len(c.logits or b"")] for c in self.checkpoints
+            ],
+            "checkpoints_hash": _digest(tail).hex(),
         }
         raw = json.dumps(header, separators=(",", ":"), sort_keys=True).encode("utf-8")
-        return _FIXED.pack(MAGIC, VERSION, len(raw), _digest(raw)) + raw + self.blob
+        return _FIXED.pack(MAGIC, VERSION, len(raw), _digest(raw)) + raw + self.blob + tail
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SequenceState:
@@ -64,7 +74,7 @@ class SequenceState:
         magic, version, header_len, header_hash = _FIXED.unpack_from(view)
         if magic != MAGIC:
             raise StateError("The file is not a LlamaDesk sequence state.")
-        if version != VERSION:
+        if version not in READABLE_VERSIONS:
             raise StateError(
                 f"The saved state has format version {version}; this LlamaDesk reads version {VERSION}."
             )
@@ -89,10 +99,12 @@ class SequenceState:
         size = header.get("blob_size")
         if not isinstance(size, int) or size < 0:
             raise StateError("The saved state's header cannot be read (no cache size).")
-        if len(blob) != size:
+        if len(blob) < size:
             raise StateError(
                 f"The saved state is truncated: {len(blob):,} of {size:,} bytes of cache data."
             )
+        blob, tail = blob[:size], blob[size:]
+        checkpoints = _checkpoints(header, tail)
         if _digest(blob).hex() != header.get("blob_hash"):
             raise StateError("The saved cache data is damaged (checksum mismatch).")
         tokens, pending = header.get("tokens"), header.get("pending", [])
@@ -123,6 +135,7 @@ class SequenceState:
             pending=pending,
             n_keep=n_keep,
             extra=extra,
+            checkpoints=checkpoints,
         )
 
     def check_compatible(self, model_fingerprint: str, layout: dict[str, Any]) -> None:
@@ -135,3 +148,30 @@ class SequenceState:
             raise StateError(
                 f"The saved state was made with other cache settings ({', '.join(changed)})."
             )
+
+
+def _checkpoints(header: dict[str, Any], tail: bytes) -> list[Checkpoint]:
+    """The checkpoints after the cache data, checked against the header."""
+    entries = header.get("checkpoints", [])
+    if not isinstance(entries, list) or not all(
+        isinstance(e, list) and len(e) == 3 and all(type(v) is int and v >= 0 for v in e)
+        for e in entries
+    ):
+        raise StateError("The saved state's list of checkpoints is invalid.")
+    if sum(e[1] + e[2] for e in entries) != len(tail):
+        raise StateError("The saved state's checkpoints are truncated or too long.")
+    if tail and _digest(tail).hex() != header.get("checkpoints_hash"):
+        raise StateError("The saved checkpoints are damaged (checksum mismatch).")
+    tokens = header.get("tokens")
+    n_held = len(tokens) if isinstance(tokens, list) else 0
+    result: list[Checkpoint] = []
+    offset = 0
+    for n_tokens, blob_size, logits_size in entries:
+        if n_tokens > n_held or (result and n_tokens <= result[-1].n_tokens):
+            raise StateError("The saved state's checkpoints are out of order.")
+        blob = tail[offset : offset + blob_size]
+        offset += blob_size
+        logits = tail[offset : offset + logits_size] if logits_size else None
+        offset += logits_size
+        result.append(Checkpoint(n_tokens, blob, logits))
+    return result
