@@ -78,7 +78,30 @@ def register(sub: Any) -> None:
         "--resume-session", metavar="FILE", help="restore a state file and continue from it"
     )
     p.add_argument(
-        "--json", action="store_true", help="print one JSON object with results and timings"
+        "--grammar",
+        metavar="FILE",
+        help="a GBNF grammar file the reply must follow (see resources/grammars/)",
+    )
+    p.add_argument(
+        "--show-reasoning",
+        action="store_true",
+        help="also print a reasoning model's thinking (on standard error while streaming)",
+    )
+    p.add_argument(
+        "--no-thinking",
+        action="store_true",
+        help="ask a reasoning model not to think (its template's enable_thinking=false)",
+    )
+    p.add_argument(
+        "--reasoning-effort",
+        choices=["low", "medium", "high"],
+        default=None,
+        help="how hard a reasoning model thinks, where its template has a choice",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object with results (text, reasoning) and timings",
     )
     p.set_defaults(func=cmd_run)
     # Options may come between MODEL and PROMPT (`run m.gguf --raw "hi"`): app.cli parses
@@ -187,10 +210,28 @@ def _context_settings(args: argparse.Namespace, n_seq: int) -> Any:
     return settings
 
 
+def _read_grammar(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LlamaDeskError(f"The grammar file {path} cannot be read: {exc}.") from exc
+    if not text.strip():
+        raise LlamaDeskError(f"The grammar file {path} is empty.")
+    return text
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from app.engine import Engine, SamplingParams
+    from app.engine import Engine, SamplingParams, TokenText
+    from app.engine.chat_template import ReasoningEffort, ReasoningOptions
+    from app.engine.reasoning import Channel
 
     path, prompt = _resolve_model_and_prompt(args)
+    reasoning = ReasoningOptions(
+        enable_thinking=not args.no_thinking,
+        effort=ReasoningEffort(args.reasoning_effort) if args.reasoning_effort else None,
+    )
     if args.parallel < 1:
         raise LlamaDeskError(f"--parallel must be at least 1, not {args.parallel}.")
     if args.n_predict < 1:
@@ -204,6 +245,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         seed=args.seed,
         max_tokens=args.n_predict,
         stop=list(args.stop),
+        grammar=_read_grammar(args.grammar),
     )
     params.validate()
     settings = _context_settings(args, args.parallel)
@@ -229,14 +271,25 @@ def cmd_run(args: argparse.Namespace) -> int:
                 engine.set_prompt(key, prompt, raw=True)
             else:
                 messages = [{"role": "user", "content": prompt}]
-                engine.set_chat(key, messages, system=args.system, reserve=args.n_predict)
+                engine.set_chat(
+                    key, messages, system=args.system, reserve=args.n_predict, reasoning=reasoning
+                )
             engine.start(key, params)
         t1 = time.perf_counter()
+        shown_reasoning = False
         while engine.has_work():
             for event in engine.step():
-                if stream and type(event).__name__ == "TokenText":
-                    sys.stdout.write(event.text)  # type: ignore[union-attr]
-                    sys.stdout.flush()
+                if stream and isinstance(event, TokenText):
+                    if event.channel is Channel.ANSWER:
+                        if shown_reasoning:  # the thinking ends on its own line
+                            sys.stderr.write("\n")
+                            shown_reasoning = False
+                        sys.stdout.write(event.text)
+                        sys.stdout.flush()
+                    elif args.show_reasoning:
+                        sys.stderr.write(event.text)
+                        sys.stderr.flush()
+                        shown_reasoning = True
         elapsed = time.perf_counter() - t1
         completions = [engine.run_until_done(key) for key in keys]
         if args.save_session:
@@ -257,6 +310,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         results = [
             {
                 "text": c.text,
+                "reasoning": c.reasoning,
+                "reasoning_ms": None if c.reasoning_ms is None else round(c.reasoning_ms, 1),
                 "tokens": c.tokens,
                 "finish_reason": c.finish_reason,
                 "n_prompt": c.n_prompt,
@@ -270,7 +325,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     elif args.parallel > 1:
         for i, c in enumerate(completions):
-            print(f"--- sequence {i + 1} ({c.finish_reason})\n{c.text}")
+            thought = (
+                f"[reasoning]\n{c.reasoning}\n[answer]\n"
+                if args.show_reasoning and c.reasoning
+                else ""
+            )
+            print(f"--- sequence {i + 1} ({c.finish_reason})\n{thought}{c.text}")
     return 0
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from app.engine.reasoning import Channel
+
 
 @dataclass
 class Completion:
     """The outcome of one generation on one sequence."""
 
-    text: str = ""
+    text: str = ""  # the answer (a reasoning model's thinking is in ``reasoning``)
     tokens: list[int] = field(default_factory=list)
     finish_reason: str = ""  # eog | length | stop | aborted | context_full | error
     n_prompt: int = 0  # prompt tokens this turn (cached + processed)
@@ -17,6 +19,8 @@ class Completion:
     prompt_ms: float = 0.0
     gen_ms: float = 0.0
     error: str | None = None
+    reasoning: str = ""  # what a reasoning model thought before its answer
+    reasoning_ms: float | None = None  # how long it thought (None: it did not)
 
     @property
     def tokens_per_second(self) -> float:
@@ -38,9 +42,12 @@ class PromptProgress:
 
 @dataclass(frozen=True)
 class TokenText:
+    """Streamed text: part of the answer, or of the reasoning before it."""
+
     key: int
     text: str
     token: int
+    channel: Channel = Channel.ANSWER
 
 
 @dataclass(frozen=True)

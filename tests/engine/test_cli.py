@@ -199,3 +199,25 @@ def test_options_between_model_and_prompt(tiny_model: Path) -> None:
     assert json.loads(a.stdout)["results"] == json.loads(b.stdout)["results"]
     bad = llamadesk("inspect", str(tiny_model), "--bogus")
     assert bad.returncode == 2 and "unrecognized arguments" in bad.stderr
+
+
+def test_run_with_a_grammar_gives_reasoning_apart(tmp_path: Path) -> None:
+    from tests.support.gguf_models import TinySpec, write_tiny_model
+
+    root = Path(__file__).resolve().parents[2]
+    template = (root / "tests/data/chat-templates/Qwen-Qwen3-0.6B.jinja").read_text()
+    model = write_tiny_model(tmp_path / "think.gguf", TinySpec(chat_template=template))
+    grammar = str(root / "resources/grammars/think-then-answer.gbnf")
+    result = llamadesk("run", str(model), "hello", "--temp", "0", "--grammar", grammar, "--json")
+    assert result.returncode == 0, result.stderr
+    (reply,) = json.loads(result.stdout)["results"]
+    assert reply["reasoning"].split() and reply["text"].split()
+    assert "think>" not in reply["text"] + reply["reasoning"]
+    plain = llamadesk("run", str(model), "hello", "--temp", "0", "--grammar", grammar)
+    assert plain.stdout.strip() == reply["text"].strip()  # the answer only
+    shown = llamadesk(
+        "run", str(model), "hello", "--temp", "0", "--grammar", grammar, "--show-reasoning"
+    )
+    assert reply["reasoning"] in shown.stderr
+    missing = llamadesk("run", str(model), "hello", "--grammar", str(tmp_path / "none.gbnf"))
+    assert missing.returncode == 2 and "grammar file" in missing.stderr
