@@ -217,9 +217,14 @@ class Engine:
         ctx = self.context
         kv = int(ctx.settings.kv_bytes_per_token(model.info) * ctx.n_ctx) if ctx is not None else 0
         held = sum(len(s.tokens) for s in self._seqs.values() if s.seq_id is not None)
+        recurrent = 0
+        if ctx is not None:
+            recurrent = ctx.settings.memory_estimate(model.info).recurrent_bytes
         return {
             "model_bytes": model.size_bytes,
             "kv_bytes": kv,
+            "recurrent_bytes": recurrent,
+            "checkpoint_bytes": sum(s.checkpoints.nbytes for s in self._seqs.values()),
             "kv_tokens_held": held,
             "n_ctx": ctx.n_ctx if ctx is not None else 0,
         }

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from app.engine.errors import ContextError
 
 if TYPE_CHECKING:
+    from app.engine.memory_estimate import MemoryEstimate
     from app.engine.metadata import ModelInfo
 
 _T = TypeVar("_T")
@@ -218,14 +219,24 @@ class ContextSettings:
         return n_ctx
 
     def kv_bytes_per_token(self, model: ModelInfo) -> float:
-        """Bytes of K and V per cached token over all layers."""
+        """Bytes of K and V per cached token over the attention layers (recurrent layers
+        hold a fixed state instead: :func:`app.engine.memory_estimate.estimate`)."""
+        from app.engine.memory_estimate import kv_bytes_per_token
+
         k = KV_TYPES[self.type_k][1] if self.type_k in KV_TYPES else 2.0
         v = KV_TYPES[self.type_v][1] if self.type_v in KV_TYPES else 2.0
-        return model.n_layer * (model.n_embd_k_gqa * k + model.n_embd_v_gqa * v)
+        return kv_bytes_per_token(model, k, v)
 
     def kv_bytes(self, model: ModelInfo) -> int:
         """Estimated KV cache size for this context, the figure the settings panel shows."""
         return int(self.kv_bytes_per_token(model) * self.effective_n_ctx(model))
+
+    def memory_estimate(self, model: ModelInfo) -> MemoryEstimate:
+        """The K/V cells, the recurrent states and the checkpoints these settings take."""
+        from app.engine.memory_estimate import estimate
+
+        forgets = not self.swa_full and bool(model.arch_params.sliding_window)
+        return estimate(model, self.kv_bytes(model), self.n_seq_max, forgets)
 
     def layout_key(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.LAYOUT_FIELDS}

@@ -900,7 +900,10 @@ class SettingsPanel(QDialog):
                 "these settings take."
             )
             return
-        if not info.n_layer or not (info.n_embd_k_gqa or info.n_embd_v_gqa):
+        memory = settings.memory_estimate(info)
+        if not info.n_layer or not (
+            info.n_embd_k_gqa or info.n_embd_v_gqa or memory.recurrent_bytes
+        ):
             self._estimate_label.setText(
                 "This model's file does not describe its layers, so no estimate is possible."
             )
@@ -911,7 +914,21 @@ class SettingsPanel(QDialog):
         lines = [
             f"<b>{format_bytes(total)}</b> for {n_ctx:,} tokens "
             f"({format_bytes(per_token)} per token)."
+            if per_token
+            else "No attention layers: this model keeps no per-token cache."
         ]
+        if memory.recurrent_bytes:
+            n_seq = max(1, settings.n_seq_max)
+            lines.append(
+                f"Recurrent state: <b>{format_bytes(memory.recurrent_bytes)}</b> "
+                f"({format_bytes(memory.recurrent_bytes // n_seq)} for each of {n_seq} resident "
+                "tabs, whatever their length)."
+            )
+        if memory.checkpoint_bytes:
+            lines.append(
+                f"Checkpoints at message boundaries (so edits and regenerations need not "
+                f"re-read the chat): up to {format_bytes(memory.checkpoint_bytes)}."
+            )
         if settings.n_ctx == 0:
             lines.append(f"Context size 0 uses the model's {n_ctx:,} tokens.")
         elif n_ctx < settings.n_ctx:

@@ -428,3 +428,23 @@ def test_panel_colours_follow_the_theme(qtbot: QtBot) -> None:
     finally:
         theme.apply_theme("system")
     qtbot.waitUntil(lambda: theme.LIGHT_COLORS.warn in mark.styleSheet())
+
+
+def test_estimate_counts_recurrent_state_and_attention_layers_only(
+    qtbot: QtBot, tmp_path: Path
+) -> None:
+    from app.engine.memory_estimate import recurrent_state_bytes
+    from tests.support.arch_models import write_arch_model
+
+    hybrid = read_model_info(write_arch_model(tmp_path / "granite.gguf", "granitehybrid"))
+    panel = make_panel(qtbot, ContextSettings(n_ctx=4096, n_seq_max=4), model_info=hybrid)
+    text = label_text(panel, "estimateLabel")
+    # One attention layer of two: 2 KV heads x (16 + 16) x 2 bytes per token, not twice that.
+    assert "(128 bytes per token)" in text
+    per_tab = recurrent_state_bytes(hybrid)
+    assert per_tab > 0 and "Recurrent state" in text and format_bytes(4 * per_tab) in text
+    assert "Checkpoints" in text
+    mamba = read_model_info(write_arch_model(tmp_path / "mamba2.gguf", "mamba2"))
+    panel.set_model_info(mamba)
+    text = label_text(panel, "estimateLabel")
+    assert "no per-token cache" in text and "Recurrent state" in text
