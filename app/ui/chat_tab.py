@@ -2,7 +2,11 @@
 
 The tab keeps the branch it shows (storage messages), streams the reply into the last
 message widget (rendered by the window's flush timer, never per token), saves the reply
-while it streams and finishes it with the figures.
+while it streams and finishes it with the figures. A reasoning model's reply comes in two
+parts, its reasoning (``on_reasoning``) then its answer (``on_tokens``); both are shown,
+saved and finished apart. The "Thinking" and "Effort" choices of the conversation (shown
+only when the model's template uses them) are kept with its sampling settings and go to
+the engine with each turn.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QHBoxLayout,
     QLabel,
@@ -28,6 +33,7 @@ from app.errors import LlamaDeskError
 from app.storage import Conversation, Database, Message
 from app.ui.chat_view import ChatView, MessageData
 from app.ui.composer import Composer, ConversationSettings
+from app.ui.worker import DEFAULT_EFFORT, EFFORT_KEY, THINKING_KEY
 
 if TYPE_CHECKING:
     from app.ui.worker import EngineWorker
@@ -57,9 +63,19 @@ class TabHost(Protocol):
 
     def tab_state_changed(self, tab: ChatTab) -> None: ...
 
-    def save_partial(self, message_id: int, text: str) -> None: ...
+    def save_partial(
+        self,
+        message_id: int,
+        text: str,
+        reasoning: str | None = None,
+        reasoning_ms: float | None = None,
+    ) -> None: ...
 
     def context_policy(self) -> str: ...
+
+    def reasoning_support(self) -> tuple[bool, bool]:
+        """Whether the loaded model's template uses (the thinking toggle, the effort)."""
+        ...
 
 
 def message_data(db: Database, m: Message, with_siblings: bool = True) -> MessageData:
@@ -86,16 +102,24 @@ def message_data(db: Database, m: Message, with_siblings: bool = True) -> Messag
         sibling_count=count,
         error=str(error) if error else None,
         cached_tokens=cached,
+        reasoning=getattr(m, "reasoning", "") or "",
+        reasoning_ms=getattr(m, "reasoning_ms", None),
     )
 
 
 def engine_messages(thread: list[Message]) -> list[dict[str, Any]]:
-    """The chat as the engine wants it: roles and text, without empty failed replies."""
-    out = []
+    """The chat as the engine wants it: roles and text, without empty failed replies; an
+    assistant message's reasoning goes as ``reasoning_content`` (the template keeps or
+    drops it)."""
+    out: list[dict[str, Any]] = []
     for m in thread:
         if m.role == "assistant" and not m.content:
             continue
-        out.append({"role": m.role, "content": m.content})
+        message: dict[str, Any] = {"role": m.role, "content": m.content}
+        reasoning = getattr(m, "reasoning", "")
+        if m.role == "assistant" and reasoning:
+            message["reasoning_content"] = reasoning
+        out.append(message)
     return out
 
 
@@ -116,8 +140,11 @@ class ChatTab(QWidget):
         self.generating = False
         self.reply_id: int | None = None
         self._parts: list[str] = []
+        self._reasoning_parts: list[str] = []
+        self._reasoning_ms: float | None = None  # measured here when the answer starts
         self._dirty = False
         self._saved_len = 0
+        self._saved_reasoning_len = 0
         self._last_save = 0.0
         self._oldest_unpainted: float | None = None
         self._error: str | None = None
@@ -170,6 +197,23 @@ class ChatTab(QWidget):
         status.addWidget(self.meter_label)
         status.addSpacing(12)
         status.addWidget(self.state_label, 1)
+        self.thinking = QCheckBox("Thinking")
+        self.thinking.setObjectName("thinking-toggle")
+        self.thinking.setToolTip(
+            "Let the model think before it answers (its thoughts show above the answer). "
+            "Applies to this conversation only."
+        )
+        self.thinking.toggled.connect(self._on_thinking)
+        self.effort = QComboBox()
+        self.effort.setObjectName("reasoning-effort")
+        for value in ("low", "medium", "high"):
+            self.effort.addItem(f"Effort: {value}", value)
+        self.effort.setToolTip(
+            "How hard the model thinks before answering. Applies to this conversation only."
+        )
+        self.effort.activated.connect(self._on_effort)
+        status.addWidget(self.thinking)
+        status.addWidget(self.effort)
         status.addWidget(self.policy)
         status.addWidget(self.settings_button)
         layout.addLayout(status)
@@ -209,6 +253,7 @@ class ChatTab(QWidget):
         layout.addLayout(row)
 
         self._init_policy()
+        self._init_reasoning()
         self.load_thread(leaf_id)
         self._update_status()
 
@@ -387,13 +432,52 @@ class ChatTab(QWidget):
         self.save_settings()
         self.host.worker.set_policy(self.cid, policy)
 
+    def thinking_enabled(self) -> bool:
+        """This conversation's "Thinking" choice (default on, as llama.cpp's server)."""
+        return self.conversation.sampling.get(THINKING_KEY, True) is not False
+
+    def reasoning_effort(self) -> str:
+        effort = self.conversation.sampling.get(EFFORT_KEY)
+        return effort if effort in ("low", "medium", "high") else DEFAULT_EFFORT
+
+    def _init_reasoning(self) -> None:
+        self.thinking.blockSignals(True)
+        self.thinking.setChecked(self.thinking_enabled())
+        self.thinking.blockSignals(False)
+        index = self.effort.findData(self.reasoning_effort())
+        if index >= 0:
+            self.effort.setCurrentIndex(index)
+        self.set_reasoning_support(*self.host.reasoning_support())
+
+    def set_reasoning_support(self, thinking_toggle: bool, effort: bool) -> None:
+        """Show the reasoning controls the loaded model's template uses (hide the others)."""
+        self.thinking.setVisible(thinking_toggle)
+        self.effort.setVisible(effort)
+        self.effort.setEnabled(not thinking_toggle or self.thinking.isChecked())
+
+    @Slot(bool)
+    def _on_thinking(self, enabled: bool) -> None:
+        self.effort.setEnabled(enabled or self.thinking.isHidden())
+        if enabled == self.thinking_enabled():
+            return
+        self.settings.set_extra(THINKING_KEY, enabled)
+        self.save_settings()
+
+    @Slot(int)
+    def _on_effort(self, index: int) -> None:
+        effort = str(self.effort.itemData(index))
+        if effort == self.reasoning_effort() and EFFORT_KEY in self.conversation.sampling:
+            return
+        self.settings.set_extra(EFFORT_KEY, effort)
+        self.save_settings()
+
     @Slot(str, int)
     def _on_action(self, name: str, message_id: int) -> None:
         if name == "copy":
             widget = self.view.widget_for(message_id)
             clipboard = QGuiApplication.clipboard()
             if widget is not None and clipboard is not None:
-                clipboard.setText(widget.data.content)
+                clipboard.setText(widget.data.content)  # the answer only, not the reasoning
         elif name == "edit":
             self.edit(message_id)
         elif name == "regenerate":
@@ -424,8 +508,11 @@ class ChatTab(QWidget):
         self.view.set_actions_enabled(False)
         self.reply_id = reply.id
         self._parts = []
+        self._reasoning_parts = []
+        self._reasoning_ms = None
         self._dirty = False
         self._saved_len = 0
+        self._saved_reasoning_len = 0
         self._last_save = time.monotonic()
         self._oldest_unpainted = None
         self._error = None
@@ -449,6 +536,19 @@ class ChatTab(QWidget):
     def reply_text(self) -> str:
         return "".join(self._parts)
 
+    def reasoning_text(self) -> str:
+        return "".join(self._reasoning_parts)
+
+    def _thinking_ms(self) -> float | None:
+        """How long the reply has thought: until its answer started, else until now."""
+        if not self._reasoning_parts:
+            return None
+        if self._reasoning_ms is not None:
+            return self._reasoning_ms
+        if not self._gen_started:
+            return None
+        return (time.perf_counter() - self._gen_started) * 1000.0
+
     # slots called by the window for this tab's worker signals
 
     def on_started(self, n_to_process: int) -> None:
@@ -464,12 +564,27 @@ class ChatTab(QWidget):
         self._prompt = (done, total)
         self._update_status()
 
+    def on_reasoning(self, text: str, n_tokens: int, sampled_at: float) -> None:
+        """Streamed reasoning (it comes before the answer)."""
+        if not self.generating:
+            return
+        if self._state != "generating":
+            self._state = "generating"
+            self._gen_started = time.perf_counter()
+        self._reasoning_parts.append(text)
+        self._gen_tokens += n_tokens
+        self._dirty = True
+        if self._oldest_unpainted is None:
+            self._oldest_unpainted = sampled_at
+
     def on_tokens(self, text: str, n_tokens: int, sampled_at: float) -> None:
         if not self.generating:
             return
         if self._state != "generating":
             self._state = "generating"
             self._gen_started = time.perf_counter()
+        if self._reasoning_parts and self._reasoning_ms is None:
+            self._reasoning_ms = (time.perf_counter() - self._gen_started) * 1000.0
         self._parts.append(text)
         self._gen_tokens += n_tokens
         self._dirty = True
@@ -505,6 +620,10 @@ class ChatTab(QWidget):
         reason = completion.get("finish_reason", "")
         error = completion.get("error") or self._error
         text = completion.get("text") or self.reply_text()
+        reasoning = completion.get("reasoning") or self.reasoning_text()
+        reasoning_ms = completion.get("reasoning_ms")
+        if reasoning and not isinstance(reasoning_ms, int | float):
+            reasoning_ms = self._thinking_ms()
         if reason == "aborted":
             status = "stopped"
         elif reason == "error" or (error and reason != "context_full"):
@@ -526,11 +645,15 @@ class ChatTab(QWidget):
             prompt_tokens=int(completion.get("n_prompt", 0)) or None,
             tokens_per_second=float(completion.get("tokens_per_second", 0.0)) or None,
             meta=meta,
+            reasoning=str(reasoning) or None,
+            reasoning_ms=float(reasoning_ms) if reasoning and reasoning_ms is not None else None,
         )
 
     def _finish_reply(self, text: str, status: str, **figures: Any) -> None:
         reply_id, self.reply_id = self.reply_id, None
         self._parts = [text]
+        if figures.get("reasoning"):
+            self._reasoning_parts = [figures["reasoning"]]
         self._dirty = False
         self._oldest_unpainted = None
         self._set_generating(False)
@@ -556,7 +679,14 @@ class ChatTab(QWidget):
     def finish_for_shutdown(self) -> None:
         """Save the reply as it is (stopped) when the window closes mid-generation."""
         if self.reply_id is not None:
-            self._finish_reply(self.reply_text(), "stopped", meta={"finish_reason": "aborted"})
+            reasoning = self.reasoning_text()
+            self._finish_reply(
+                self.reply_text(),
+                "stopped",
+                meta={"finish_reason": "aborted"},
+                reasoning=reasoning or None,
+                reasoning_ms=self._thinking_ms() if reasoning else None,
+            )
 
     def flush(self, visible: bool) -> float | None:
         """Paint buffered text (when shown) and save it now and then; returns the
@@ -567,16 +697,26 @@ class ChatTab(QWidget):
         if self._dirty and visible:
             widget = self.view.last()
             if widget is not None:
-                widget.set_content(self.reply_text())
+                if self._reasoning_parts:
+                    widget.set_reply(self.reply_text(), self.reasoning_text(), self._reasoning_ms)
+                else:
+                    widget.set_content(self.reply_text())
             self._dirty = False
             painted, self._oldest_unpainted = self._oldest_unpainted, None
         now = time.monotonic()
         if now - self._last_save >= _SAVE_INTERVAL_S:
             self._last_save = now
             text = self.reply_text()
-            if len(text) != self._saved_len:
+            reasoning = self.reasoning_text()
+            if len(text) != self._saved_len or len(reasoning) != self._saved_reasoning_len:
                 self._saved_len = len(text)
-                self.host.save_partial(self.reply_id, text)
+                self._saved_reasoning_len = len(reasoning)
+                if reasoning:
+                    self.host.save_partial(
+                        self.reply_id, text, reasoning=reasoning, reasoning_ms=self._reasoning_ms
+                    )
+                else:
+                    self.host.save_partial(self.reply_id, text)
         if self._state == "generating" and self._gen_started:
             elapsed = time.perf_counter() - self._gen_started
             if elapsed > 0.2:

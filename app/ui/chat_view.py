@@ -3,6 +3,10 @@
 Only the message being streamed is re-rendered while text arrives; the view follows the
 end unless the user scrolled up. Message actions are emitted as ``action(name, message_id)``
 with name in copy, edit, regenerate, fork, prev, next.
+
+A reasoning model's thinking shows in a :class:`ReasoningBlock` above the answer: expanded
+with "Thinking…" while it streams, collapsed ("Thought for 12 s") once the answer starts;
+a click on its header opens it again. It is plain text (the model's text is untrusted).
 """
 
 from __future__ import annotations
@@ -47,6 +51,21 @@ class MessageData:
     sibling_count: int = 1
     error: str | None = None
     cached_tokens: int | None = None
+    reasoning: str = ""  # a reasoning model's thinking before the answer ("": none)
+    reasoning_ms: float | None = None  # how long it thought (None: unknown / still thinking)
+
+
+def thought_title(reasoning_ms: float | None) -> str:
+    """The reasoning block's header once the thinking is over."""
+    if reasoning_ms is None:
+        return "Thoughts"
+    if reasoning_ms < 1000:
+        return "Thought for a moment"
+    seconds = round(reasoning_ms / 1000)
+    if seconds < 60:
+        return f"Thought for {seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    return f"Thought for {minutes} min {seconds} s" if seconds else f"Thought for {minutes} min"
 
 
 def figures_text(data: MessageData, streaming: bool = False) -> str:
@@ -128,6 +147,116 @@ class TextLabel(QLabel):
         super().changeEvent(event)
 
 
+class ReasoningBlock(QFrame):
+    """A collapsible block with a reasoning model's thinking, as plain text.
+
+    The header is a checkable :class:`QToolButton` with an arrow (checked: expanded). Long
+    text is split into several labels at line breaks, like the answer, so only the last
+    (short) one changes while it streams; nothing is laid out while the block is collapsed.
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("reasoning")
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 2)
+        layout.setSpacing(2)
+        self.toggle = QToolButton(self)
+        self.toggle.setObjectName("reasoning-toggle")
+        self.toggle.setCheckable(True)
+        self.toggle.setAutoRaise(True)
+        self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.toggle.setArrowType(Qt.ArrowType.RightArrow)
+        self.toggle.setToolTip("Show or hide what the model thought before answering")
+        self.toggle.toggled.connect(self._on_toggled)
+        layout.addWidget(self.toggle)
+        self.body = QFrame(self)
+        self.body.setObjectName("reasoning-body")
+        self.body.setFrameShape(QFrame.Shape.NoFrame)
+        self._body_layout = QVBoxLayout(self.body)
+        self._body_layout.setContentsMargins(14, 0, 0, 0)
+        self._body_layout.setSpacing(0)
+        self._labels: list[QLabel] = [self._new_label()]
+        self._body_layout.addWidget(self._labels[0])
+        self.body.setVisible(False)
+        layout.addWidget(self.body)
+        self._text = ""
+        self._shown = ""  # the text the labels hold
+        self._frozen = 0  # characters held by the labels before the last one
+
+    def _new_label(self) -> QLabel:
+        label = TextLabel()
+        label.setObjectName("reasoning-text")
+        label.setTextFormat(Qt.TextFormat.PlainText)  # never HTML: untrusted text
+        label.setWordWrap(True)
+        label.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse
+            | Qt.TextInteractionFlag.TextSelectableByKeyboard
+        )
+        label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Minimum)
+        palette = label.palette()
+        muted = palette.color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.WindowText)
+        palette.setColor(QPalette.ColorRole.WindowText, muted)
+        label.setPalette(palette)
+        return label
+
+    @property
+    def expanded(self) -> bool:
+        return self.toggle.isChecked()
+
+    def set_expanded(self, expanded: bool) -> None:
+        self.toggle.setChecked(expanded)
+
+    def title(self) -> str:
+        return self.toggle.text()
+
+    def set_title(self, title: str) -> None:
+        if self.toggle.text() != title:
+            self.toggle.setText(title)
+
+    def text(self) -> str:
+        return self._text
+
+    def shown_text(self) -> str:
+        """What the labels show (the text up to the last expansion or update)."""
+        return "".join(label.text() for label in self._labels)
+
+    def set_text(self, text: str) -> None:
+        self._text = text
+        if self.expanded:
+            self._update_labels()
+
+    @Slot(bool)
+    def _on_toggled(self, expanded: bool) -> None:
+        self.toggle.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
+        if expanded:
+            self._update_labels()
+        self.body.setVisible(expanded)
+
+    def _update_labels(self) -> None:
+        text = self._text
+        if text == self._shown:
+            return
+        if not text.startswith(self._shown[: self._frozen]):
+            for label in self._labels[:-1]:
+                self._body_layout.removeWidget(label)
+                label.deleteLater()
+            self._labels = self._labels[-1:]
+            self._frozen = 0
+        while len(text) - self._frozen > CHUNK_CHARS:
+            cut = _cut_point(text, self._frozen)
+            if cut is None:
+                break
+            label = self._new_label()
+            label.setText(text[self._frozen : cut].rstrip("\n"))
+            self._body_layout.insertWidget(len(self._labels) - 1, label)
+            self._labels.insert(len(self._labels) - 1, label)
+            self._frozen = cut
+        self._labels[-1].setText(text[self._frozen :])
+        self._shown = text
+
+
 class MessageWidget(QFrame):
     """One message: role, actions, content (Markdown for replies), figures."""
 
@@ -139,6 +268,8 @@ class MessageWidget(QFrame):
         self._dark = dark
         self._code_blocks: list[str] = []
         self._streaming = False
+        self.reasoning_block: ReasoningBlock | None = None
+        self._auto_collapse = False  # collapse the block when the answer starts
         self.setObjectName("message-" + data.role)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setAutoFillBackground(True)
@@ -185,6 +316,7 @@ class MessageWidget(QFrame):
         self.content = self._new_label()
         self.content.setObjectName("content")
         self._text_layout.addWidget(self.content)
+        self._reasoning_index = layout.count()  # the reasoning block goes above the text
         layout.addLayout(self._text_layout)
 
         self.figures = QLabel()
@@ -224,13 +356,14 @@ class MessageWidget(QFrame):
 
     def set_streaming(self, streaming: bool) -> None:
         self._streaming = streaming
+        self._sync_reasoning()
         self.set_actions_enabled(not streaming)
         self.figures.setText(figures_text(self.data, streaming))
         self.figures.setVisible(bool(self.figures.text()))
 
     def set_actions_enabled(self, enabled: bool) -> None:
         for button in self.findChildren(QToolButton):
-            if button.objectName() != "copy":
+            if button.objectName() not in ("copy", "reasoning-toggle"):
                 button.setEnabled(enabled)
         if enabled:
             self._update_siblings()
@@ -239,11 +372,54 @@ class MessageWidget(QFrame):
         self.data.content = text
         self._render()
 
+    def set_reply(self, content: str, reasoning: str, reasoning_ms: float | None) -> None:
+        """A streaming reply's answer and reasoning so far."""
+        self.data.reasoning = reasoning
+        self.data.reasoning_ms = reasoning_ms
+        changed = content != self.data.content
+        self.data.content = content
+        self._sync_reasoning()
+        if changed or not content:
+            self._render()
+
+    def _sync_reasoning(self) -> None:
+        """Show ``data.reasoning`` in the reasoning block (none without reasoning)."""
+        text = self.data.reasoning if self.data.role == "assistant" else ""
+        block = self.reasoning_block
+        if not text:
+            if block is not None:
+                block.setVisible(False)
+            return
+        thinking = self._streaming and not self.data.content
+        if block is None:
+            block = ReasoningBlock(self)
+            layout = self.layout()
+            assert isinstance(layout, QVBoxLayout)
+            layout.insertWidget(self._reasoning_index, block)
+            block.set_expanded(thinking)  # expanded while it streams, else collapsed
+            block.toggle.clicked.connect(self._on_reasoning_clicked)
+            self._auto_collapse = thinking
+            self.reasoning_block = block
+        block.setVisible(True)
+        if thinking:
+            block.set_title("Thinking…")
+        else:
+            block.set_title(thought_title(self.data.reasoning_ms))
+            if self._auto_collapse:
+                self._auto_collapse = False
+                block.set_expanded(False)
+        block.set_text(text)
+
+    @Slot()
+    def _on_reasoning_clicked(self) -> None:
+        self._auto_collapse = False  # the user chose: leave the block as it is
+
     def update_data(self, data: MessageData) -> None:
         self.data = data
         self.refresh()
 
     def refresh(self) -> None:
+        self._sync_reasoning()
         self._render()
         self.figures.setText(figures_text(self.data, self._streaming))
         self.figures.setVisible(bool(self.figures.text()))
@@ -309,7 +485,7 @@ class MessageWidget(QFrame):
             self._frozen = cut
         self._frozen_text = text[: self._frozen]
         tail = text[self._frozen :]
-        if data.role == "assistant" and not text and self._streaming:
+        if data.role == "assistant" and not text and self._streaming and not data.reasoning:
             html, blocks = "<p><i>…</i></p>", []
         elif tail or not self._chunks:
             html, blocks = self._render_source(self._fence_prefix() + tail)

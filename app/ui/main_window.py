@@ -310,6 +310,7 @@ class MainWindow(QMainWindow):
     def _connect_worker(self) -> None:
         w = self.worker
         w.tokens.connect(self._on_tokens)
+        w.reasoning.connect(self._on_reasoning)
         w.progress.connect(self._on_progress)
         w.started.connect(self._on_started)
         w.finished.connect(self._on_finished)
@@ -398,10 +399,21 @@ class MainWindow(QMainWindow):
             if not self._flush_timer.isActive():
                 self._flush_timer.start()
 
-    def save_partial(self, message_id: int, text: str) -> None:
-        """Save a streaming reply's text so far (off the GUI thread)."""
+    def save_partial(
+        self,
+        message_id: int,
+        text: str,
+        reasoning: str | None = None,
+        reasoning_ms: float | None = None,
+    ) -> None:
+        """Save a streaming reply's answer and reasoning so far (off the GUI thread)."""
         if not self.read_only:
-            self.reply_saver.update(message_id, text)
+            self.reply_saver.update(message_id, text, reasoning, reasoning_ms)
+
+    def reasoning_support(self) -> tuple[bool, bool]:
+        """Whether the loaded model's template uses (the thinking toggle, the effort)."""
+        info = self.model or {}
+        return bool(info.get("supports_thinking_toggle")), bool(info.get("supports_effort"))
 
     def fork_from(self, tab: ChatTab, message_id: int) -> None:
         try:
@@ -857,6 +869,12 @@ class MainWindow(QMainWindow):
         if tab is not None:
             tab.on_tokens(text, n, sampled_at)
 
+    @Slot(int, str, int, float)
+    def _on_reasoning(self, tab_id: int, text: str, n: int, sampled_at: float) -> None:
+        tab = self._tabs.get(tab_id)
+        if tab is not None:
+            tab.on_reasoning(text, n, sampled_at)
+
     @Slot(int, int, int)
     def _on_progress(self, tab_id: int, done: int, total: int) -> None:
         tab = self._tabs.get(tab_id)
@@ -941,9 +959,11 @@ class MainWindow(QMainWindow):
             except LlamaDeskError:
                 pass
         self._update_model_labels()
+        support = self.reasoning_support()
         for tab in self.tabs():
             self.worker.open_tab(tab.cid)
             tab.view.set_placeholder("Say hello: type a message below and press Enter.")
+            tab.set_reasoning_support(*support)
         if self._model_manager is not None:
             self._model_manager.set_loading(None, 0.0)
             self._model_manager.set_loaded(path)
@@ -975,6 +995,7 @@ class MainWindow(QMainWindow):
         self.model = None
         for tab in self._tabs.values():
             tab.on_info({"n_tokens": 0, "n_ctx": 0, "resident": False})
+            tab.set_reasoning_support(False, False)
             if tab.generating:
                 tab.finish_for_shutdown()
         self._update_model_labels()

@@ -228,8 +228,9 @@ _GROUPS: tuple[tuple[str, tuple[_Field, ...]], ...] = (
             _Field(
                 "swa_full",
                 "Full sliding-window cache",
-                "For models with sliding-window attention: keep a full-size cache so tabs can be "
-                "saved, forked and restored. Off saves memory.",
+                "For models with sliding-window attention (Gemma, gpt-oss): keep every position, "
+                "so an edit far back is cut from the cache. Off saves memory; edits then restore "
+                "a checkpoint or re-read the conversation.",
                 "bool",
             ),
         ),

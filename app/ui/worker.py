@@ -17,6 +17,7 @@ Tabs are identified by their conversation id; the worker maps them to engine seq
 
 from __future__ import annotations
 
+import inspect
 import logging
 import queue
 import sys
@@ -41,6 +42,8 @@ from app.engine import (
     TokenText,
     read_model_info,
 )
+from app.engine.chat_template import ReasoningEffort, ReasoningOptions
+from app.engine.reasoning import Channel
 from app.errors import LlamaDeskError
 from app.storage import StateStore
 
@@ -54,6 +57,27 @@ _EMIT_INTERVAL_S = 0.012
 GIL_SWITCH_INTERVAL_S = 0.001
 # Sequence figures (context meter, residency) at most this often (seconds).
 _STATS_INTERVAL_S = 0.25
+# A conversation's reasoning choices, kept in its sampling dict (SamplingParams ignores them).
+THINKING_KEY = "enable_thinking"  # bool, default True (as llama.cpp's server)
+EFFORT_KEY = "reasoning_effort"  # "low" | "medium" | "high", default "medium"
+DEFAULT_EFFORT = "medium"
+
+
+def reasoning_options(sampling: dict[str, Any]) -> ReasoningOptions:
+    """The reasoning choices a conversation's sampling dict holds (defaults: on, medium)."""
+    enable = sampling.get(THINKING_KEY, True)
+    try:
+        effort = ReasoningEffort(str(sampling.get(EFFORT_KEY) or DEFAULT_EFFORT))
+    except ValueError:
+        effort = ReasoningEffort(DEFAULT_EFFORT)
+    return ReasoningOptions(enable_thinking=enable is not False, effort=effort)
+
+
+def _takes_reasoning(engine: Engine) -> bool:
+    try:
+        return "reasoning" in inspect.signature(engine.set_chat).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def completion_dict(completion: Completion) -> dict[str, Any]:
@@ -69,14 +93,17 @@ def completion_dict(completion: Completion) -> dict[str, Any]:
         "tokens_per_second": completion.tokens_per_second,
         "prompt_tokens_per_second": completion.prompt_tokens_per_second,
         "error": completion.error,
+        "reasoning": getattr(completion, "reasoning", "") or "",
+        "reasoning_ms": getattr(completion, "reasoning_ms", None),
     }
 
 
 @dataclass
 class _Stream:
-    """Text sampled for one tab but not handed to the GUI yet."""
+    """Text sampled for one tab but not handed to the GUI yet (all of one channel)."""
 
     text: list[str] = field(default_factory=list)
+    reasoning: bool = False  # the buffered text is reasoning (else answer)
     n_tokens: int = 0
     first_at: float = 0.0  # perf_counter of the oldest piece (token-to-paint latency)
     last_emit: float = 0.0
@@ -86,7 +113,8 @@ class EngineWorker(QObject):
     """Runs the engine on its thread; see the module docstring."""
 
     # tab_id, text, number of tokens, perf_counter() when the oldest piece was sampled
-    tokens = Signal(int, str, int, float)
+    tokens = Signal(int, str, int, float)  # the answer
+    reasoning = Signal(int, str, int, float)  # a reasoning model's thinking (same arguments)
     progress = Signal(int, int, int)  # tab_id, done, total (prompt processing)
     started = Signal(int, int)  # tab_id, tokens to process (after the cached prefix)
     finished = Signal(int, dict)  # tab_id, completion_dict
@@ -266,18 +294,25 @@ class EngineWorker(QObject):
                     engine.stop(key)
             return
         now = time.perf_counter()
+        last_piece: tuple[int, int] | None = None  # (key, token) of the previous text piece
         for event in events:
             tab = self._tabs.get(event.key)
             if tab is None:
                 continue
             if isinstance(event, TokenText):
                 stream = self._streams.setdefault(tab, _Stream())
+                is_reasoning = getattr(event, "channel", Channel.ANSWER) is Channel.REASONING
+                if stream.text and stream.reasoning != is_reasoning:
+                    self._flush_stream(tab, now)  # one channel per emitted piece, in order
                 if not stream.text:
                     stream.first_at = now
+                    stream.reasoning = is_reasoning
                 stream.text.append(event.text)
-                if event.token >= 0:
+                # one token may give a reasoning piece and an answer piece: count it once
+                if event.token >= 0 and last_piece != (event.key, event.token):
                     stream.n_tokens += 1
                     self._gen_window.append((now, 1))
+                last_piece = (event.key, event.token)
             elif isinstance(event, PromptProgress):
                 self.progress.emit(tab, event.done, event.total)
                 self._dirty_info.add(tab)
@@ -301,7 +336,8 @@ class EngineWorker(QObject):
         if stream is None or not stream.text:
             return
         text = "".join(stream.text)
-        self.tokens.emit(tab, text, stream.n_tokens, stream.first_at)
+        signal = self.reasoning if stream.reasoning else self.tokens
+        signal.emit(tab, text, stream.n_tokens, stream.first_at)
         stream.text.clear()
         stream.n_tokens = 0
         stream.last_emit = now
@@ -445,6 +481,11 @@ class EngineWorker(QObject):
             "kv_bytes": memory["kv_bytes"],
             "n_ctx": memory["n_ctx"],  # what the context got (the settings may ask for more)
             "n_ctx_seq": engine.n_ctx_seq,
+            # which reasoning choices change this model's prompt (the tab shows only those)
+            "supports_thinking_toggle": bool(
+                getattr(engine.template, "supports_thinking_toggle", False)
+            ),
+            "supports_effort": bool(getattr(engine.template, "supports_effort", False)),
         }
 
     def _do_unload_model(self) -> None:
@@ -528,7 +569,16 @@ class EngineWorker(QObject):
             params = SamplingParams.from_dict(sampling)
             params.validate()
             reserve = params.max_tokens if params.max_tokens > 0 else None
-            n = engine.set_chat(key, messages, system=system or None, reserve=reserve)
+            if _takes_reasoning(engine):
+                n = engine.set_chat(
+                    key,
+                    messages,
+                    system=system or None,
+                    reserve=reserve,
+                    reasoning=reasoning_options(sampling),
+                )
+            else:
+                n = engine.set_chat(key, messages, system=system or None, reserve=reserve)
             engine.start(key, params)
         except LlamaDeskError as exc:
             self.failed.emit(tab, str(exc))
