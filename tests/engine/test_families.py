@@ -334,3 +334,51 @@ def test_split_cache_regenerate_and_fork(arch: str, family_models: dict[str, Pat
         history = [SYSTEM, USER1, reply(first), USER2_EDITED]
         result = turn(engine, dst, history)
         assert result.tokens == fresh_same_prompt(engine, dst, result)
+
+
+def test_greedy_equals_llama_cpps_own_run(arch: str, family_models: dict[str, Path]) -> None:
+    from tests.support.llama_reference import ReferenceUnavailable, run_llama_simple
+
+    prompt, n_predict = "hello world what is my name", 24
+    try:
+        expected = run_llama_simple(family_models[arch], prompt, n_predict)
+    except ReferenceUnavailable as exc:
+        pytest.skip(str(exc))
+    # llama-simple's threads (ggml's default, 4): the same sums in the same order.
+    with _open(family_models[arch], n_threads=4, n_threads_batch=4) as engine:
+        assert engine.model is not None
+        key = engine.open_sequence()
+        engine.set_prompt(key, prompt, raw=True)
+        completion = engine.complete(key, SamplingParams(temperature=0, max_tokens=n_predict))
+        pieces = engine.tokenize(prompt) + completion.tokens
+        ours = b"".join(engine.model.piece(t, special=True) for t in pieces) + b"\n"
+    # llama-simple prints each piece with printf("%s"): a <0x00> byte token prints nothing.
+    assert ours.replace(b"\x00", b"") == expected
+
+
+SLIDING = [a for a in ARCHITECTURES if family(a).value == "sliding-window"]
+LONG_USER = {"role": "user", "content": " ".join(["one two three four five six"] * 12)}
+
+
+@pytest.mark.parametrize("swa_arch", SLIDING)
+def test_sliding_window_without_full_cache_cuts_back_correctly(
+    swa_arch: str, family_models: dict[str, Path]
+) -> None:
+    # swa_full off: the window's cache (256 cells here) forgets positions of a ~330-token
+    # conversation, so cutting back needs the checkpoints.
+    with _open(family_models[swa_arch], swa_full=False, n_seq_max=1, n_batch=64) as engine:
+        assert engine.cache_traits.needs_checkpoints
+        key = engine.open_sequence()
+        first = turn(engine, key, [SYSTEM, LONG_USER])
+        held_after_reply = len(engine.tokens(key))
+        assert held_after_reply > 300
+        turn(engine, key, [SYSTEM, LONG_USER, reply(first), USER2])
+        edited = [SYSTEM, LONG_USER, reply(first), USER2_EDITED]
+        result = turn(engine, key, edited)
+        assert result.n_prompt_processed <= result.n_prompt - held_after_reply
+        expected = fresh_same_prompt(engine, key, result)
+        assert result.tokens == expected
+        again = turn(engine, key, edited)
+        assert again.tokens == expected and again.n_prompt_processed == 0
+        far_back = [SYSTEM, USER1]
+        assert turn(engine, key, far_back).tokens == fresh(engine, far_back).tokens

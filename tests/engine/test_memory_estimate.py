@@ -56,7 +56,7 @@ def test_estimate_matches_llama_cpp(
             engine.set_tokens(key, [1] + [300 + (i % 50) for i in range(n - 1)])
             engine.prefill(key)
             engine.run_until_done(key)
-            sid = engine._seqs[key].seq_id  # noqa: SLF001 - measuring the real state
+            sid = engine._seqs[key].seq_id  # measuring the real state
             assert sid is not None
             sizes[n] = (len(ctx.state_get(sid)), len(ctx.partial_state_get(sid)))
         growth = (sizes[200][0] - sizes[100][0]) / 100
