@@ -382,3 +382,40 @@ def test_sliding_window_without_full_cache_cuts_back_correctly(
         assert again.tokens == expected and again.n_prompt_processed == 0
         far_back = [SYSTEM, USER1]
         assert turn(engine, key, far_back).tokens == fresh(engine, far_back).tokens
+
+
+def exercise_chat_features(engine: Engine) -> None:
+    """Regenerate, edit the last message, fork at a boundary and reopen a saved state, each
+    checked against a fresh run and for what it decodes."""
+    key = engine.open_sequence()
+    first = turn(engine, key, [SYSTEM, USER1])
+    boundary = engine.tokens(key)
+    again = turn(engine, key, [SYSTEM, USER1])
+    assert again.tokens == first.tokens and again.n_prompt_processed == 0
+    history = [SYSTEM, USER1, reply(first), USER2]
+    second = turn(engine, key, history)
+    assert second.n_prompt_processed == second.n_prompt - len(boundary)
+    edited = [SYSTEM, USER1, reply(first), USER2_EDITED]
+    result = turn(engine, key, edited)
+    assert result.n_prompt_processed <= result.n_prompt - len(boundary)
+    assert result.tokens == fresh_same_prompt(engine, key, result)
+    fork = engine.fork(key, len(boundary))
+    assert engine.pending_tokens(fork) == [] and engine.tokens(fork) == boundary
+    in_fork = turn(engine, fork, history)
+    assert in_fork.tokens == second.tokens
+    saved = engine.save_state(key)
+    reopened = engine.open_sequence()
+    assert engine.restore_state(reopened, saved), engine.last_restore_error
+    regenerated = turn(engine, reopened, edited)
+    assert regenerated.tokens == result.tokens
+    # A restored sliding-window state holds the window only: cutting back re-reads the text.
+    sliding = engine.cache_traits.family is CacheFamily.SLIDING_WINDOW
+    assert regenerated.n_prompt_processed == (regenerated.n_prompt if sliding else 0)
+    for k in (key, fork, reopened):
+        engine.close_sequence(k)
+
+
+@pytest.mark.parametrize("kv_type", ["q8_0", "q4_0"])
+def test_quantized_cache(arch: str, family_models: dict[str, Path], kv_type: str) -> None:
+    with _open(family_models[arch], type_k=kv_type, type_v=kv_type) as engine:
+        exercise_chat_features(engine)

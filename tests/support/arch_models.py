@@ -156,7 +156,7 @@ Shape = tuple[int, ...]
 Tensors = Iterator[tuple[str, Shape]]
 
 # Shared dimensions: 64-wide model, 4 query heads of 16, 2 KV heads, 2 layers.
-D, N_HEAD, N_HEAD_KV, HEAD, N_FF = 64, 4, 2, 16, 128
+D, N_HEAD, N_HEAD_KV, HEAD, N_FF = 64, 2, 1, 32, 128  # 32-wide heads: q8_0 and q4_0 caches fit
 N_EXPERT, N_EXPERT_USED, N_FF_EXP = 4, 2, 32
 
 
@@ -320,7 +320,7 @@ def _qwen_hybrid(arch: str) -> ArchSpec:
     if moe:
         header |= {**_MOE_HEADER, "expert_shared_feed_forward_length": N_FF_EXP}
     if arch != "qwen3next":  # interleaved multi-section rope
-        header["rope.dimension_sections"] = [3, 3, 2, 0]
+        header["rope.dimension_sections"] = [6, 6, 4, 0]  # sums to HEAD / 2
     return ArchSpec(header, tensors)
 
 
