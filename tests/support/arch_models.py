@@ -155,7 +155,7 @@ def resolve_vocab(vocab: str | Vocab) -> Vocab:
 Shape = tuple[int, ...]
 Tensors = Iterator[tuple[str, Shape]]
 
-# Shared dimensions: 64-wide model, 4 query heads of 16, 2 KV heads, 2 layers.
+# Shared dimensions: 64-wide model, 2 query heads of 32, 1 KV head, 2 layers.
 D, N_HEAD, N_HEAD_KV, HEAD, N_FF = 64, 2, 1, 32, 128  # 32-wide heads: q8_0 and q4_0 caches fit
 N_EXPERT, N_EXPERT_USED, N_FF_EXP = 4, 2, 32
 
