@@ -23,6 +23,12 @@ MetadataReader = Callable[[Path], Mapping[str, Any]]
 _LATER_SPLIT_PART = re.compile(r"-(?!0*1-)\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
 
 
+# Bump when app.engine.metadata reads or checks files differently: entries cached by an
+# older reader are read again on the next scan (2: the header reader that refuses files
+# llama.cpp cannot load).
+METADATA_READER_VERSION = 2
+
+
 def _norm(path: Path | str) -> str:
     return str(Path(path).expanduser().absolute())
 
@@ -97,7 +103,7 @@ class LibraryMixin(DatabaseCore):
         result = ScanResult()
         cached = {
             str(row["path"]): row
-            for row in self._all("SELECT path, folder, size, mtime_ns FROM model_files")
+            for row in self._all("SELECT path, folder, size, mtime_ns, reader FROM model_files")
         }
         seen: set[str] = set()
         missing_folders: set[str] = set()
@@ -151,6 +157,7 @@ class LibraryMixin(DatabaseCore):
             cached is not None
             and cached["size"] == stat.st_size
             and cached["mtime_ns"] == stat.st_mtime_ns
+            and cached["reader"] == METADATA_READER_VERSION
         ):
             result.unchanged += 1
             if folder is not None and cached["folder"] is None:
@@ -171,14 +178,24 @@ class LibraryMixin(DatabaseCore):
         (result.added if cached is None else result.updated).append(path)
         with self.transaction() as conn:
             conn.execute(
-                """INSERT INTO model_files (path, folder, size, mtime_ns, metadata, error, scanned_at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?)
+                """INSERT INTO model_files
+                       (path, folder, size, mtime_ns, metadata, error, scanned_at, reader)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                    ON CONFLICT (path) DO UPDATE SET
                        folder = coalesce(excluded.folder, model_files.folder),
                        size = excluded.size, mtime_ns = excluded.mtime_ns,
                        metadata = excluded.metadata, error = excluded.error,
-                       scanned_at = excluded.scanned_at""",
-                (path, folder, stat.st_size, stat.st_mtime_ns, metadata_json, error, self._now()),
+                       scanned_at = excluded.scanned_at, reader = excluded.reader""",
+                (
+                    path,
+                    folder,
+                    stat.st_size,
+                    stat.st_mtime_ns,
+                    metadata_json,
+                    error,
+                    self._now(),
+                    METADATA_READER_VERSION,
+                ),
             )
 
     def add_model_file(self, path: Path | str, read_metadata: MetadataReader) -> ModelEntry:
@@ -187,7 +204,8 @@ class LibraryMixin(DatabaseCore):
         if not os.path.isfile(file_path):
             raise StorageError(f"The model file {file_path} does not exist; choose another file.")
         row = self._maybe_one(
-            "SELECT path, folder, size, mtime_ns FROM model_files WHERE path = ?", (file_path,)
+            "SELECT path, folder, size, mtime_ns, reader FROM model_files WHERE path = ?",
+            (file_path,),
         )
         self._scan_file(file_path, None, row, read_metadata, ScanResult(), None)
         return self.get_model(file_path)

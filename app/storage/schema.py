@@ -102,7 +102,13 @@ ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT '';
 ALTER TABLE messages ADD COLUMN reasoning_ms REAL;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+# Version 4: which version of the metadata reader wrote a model file's cached metadata, so a
+# newer reader (one that refuses files llama.cpp cannot load, say) reads old entries again.
+_V4 = """
+ALTER TABLE model_files ADD COLUMN reader INTEGER NOT NULL DEFAULT 0;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

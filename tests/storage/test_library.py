@@ -140,3 +140,20 @@ def test_single_files_last_used_and_presets(db: Database, tmp_path: Path) -> Non
         db.save_preset(a, "  ", {})
     db.remove_model(a)
     assert db.get_presets(a)  # presets outlive the cache entry
+
+
+def test_entries_cached_by_an_older_reader_are_read_again(db: Database, tmp_path: Path) -> None:
+    folder = tmp_path / "models"
+    _make_models(folder, 3)
+    db.add_folder(folder)
+    reader = Reader()
+    db.scan(reader)
+    assert len(reader.calls) == 3
+    # As a database written before the reader refused unloadable files would have it.
+    with db.transaction() as conn:
+        conn.execute("UPDATE model_files SET reader = 0 WHERE path LIKE '%model-01%'")
+    again = Reader()
+    result = db.scan(again)
+    assert [p.name for p in again.calls] == ["model-01.gguf"]
+    assert result.unchanged == 2 and len(result.updated) == 1
+    assert db.scan(Reader()).unchanged == 3

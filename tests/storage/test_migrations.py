@@ -130,7 +130,7 @@ def test_v2_database_gains_reasoning_columns(home: Path) -> None:
     path = home / "llamadesk.sqlite3"
     _make_v2(path)
     with Database.open() as db:
-        assert db.schema_version == SCHEMA_VERSION == 3
+        assert db.schema_version == SCHEMA_VERSION == 4
         old = db.get_thread(1)
         assert [(m.content, m.reasoning, m.reasoning_ms) for m in old] == [
             ("Why are vicunas rare?", "", None),
