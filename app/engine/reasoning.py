@@ -438,7 +438,9 @@ class ReasoningSplitter:
                 self._new_segment()
                 return True
             could_come = len(buffer) < _MAX_HEADER + len(_MESSAGE)
-            if index < 0 and could_come and self._header_plausible(buffer):
+            # The header so far, without an end that may be the start of <|message|>.
+            so_far = buffer[: len(buffer) - _partial_suffix(buffer, (_MESSAGE,))]
+            if index < 0 and could_come and self._header_plausible(so_far):
                 if final:  # a header cut off: markup, not text
                     self._buffer = ""
                 return False  # the header goes on
