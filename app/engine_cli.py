@@ -11,9 +11,82 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.errors import LlamaDeskError
+from app.settings_schema import CONTEXT_FIELDS, MISSING, SAMPLING_FIELDS, FieldSpec
+
+if TYPE_CHECKING:
+    from app.engine import ContextSettings, SamplingParams
+
+# The schema fields each command takes as flags (names, help and ranges from the schema).
+RUN_SAMPLING = tuple(s for s in SAMPLING_FIELDS.values() if s.cli is not None)
+RUN_CONTEXT = tuple(CONTEXT_FIELDS[name] for name in ("n_ctx", "n_batch", "n_threads"))
+BENCH_CONTEXT = (CONTEXT_FIELDS["n_threads"],)
+
+
+def cli_dest(spec: FieldSpec) -> str:
+    """The ``argparse`` attribute of a schema field's flag (``--temp`` -> ``temp``)."""
+    assert spec.cli is not None, spec.name
+    long = next((f for f in spec.cli.flags if f.startswith("--")), spec.cli.flags[0])
+    return long.lstrip("-").replace("-", "_")
+
+
+def cli_flag(spec: FieldSpec) -> str:
+    return "/".join(spec.cli.flags) if spec.cli is not None else spec.name
+
+
+def cli_help(spec: FieldSpec) -> str:
+    """The schema's help text, valid range, unit and the flag's default."""
+    assert spec.cli is not None, spec.name
+    parts = [spec.help]
+    if spec.cli.note:
+        parts.append(spec.cli.note)
+    if spec.range_text():
+        parts.append(f"Valid: {spec.range_text()}{f' {spec.unit}' if spec.unit else ''}.")
+    default = spec.default_value() if spec.cli.default is MISSING else spec.cli.default
+    if default is not None and default != []:
+        parts.append(f"(default {default})")
+    return " ".join(parts).replace("%", "%%")
+
+
+def add_schema_args(parser: Any, specs: tuple[FieldSpec, ...]) -> None:
+    """One flag per schema field: its names, metavar, type, default and help."""
+    for spec in specs:
+        cli = spec.cli
+        assert cli is not None, spec.name
+        kwargs: dict[str, Any] = {"dest": cli_dest(spec), "metavar": cli.metavar}
+        kwargs["help"] = cli_help(spec)
+        default = spec.default_value() if cli.default is MISSING else cli.default
+        if spec.kind == "text_list":
+            kwargs.update(action="append", default=list(default or []))
+        elif spec.kind in ("int", "float", "text"):
+            kwargs.update(
+                type={"int": int, "float": float, "text": str}[spec.kind], default=default
+            )
+        elif spec.kind == "choice":
+            kwargs.update(choices=list(spec.choice_values()), default=default)
+        else:
+            raise ValueError(f"no command-line form for the {spec.kind} field {spec.name}")
+        parser.add_argument(*cli.flags, **kwargs)
+
+
+def schema_values(args: argparse.Namespace, specs: tuple[FieldSpec, ...]) -> dict[str, Any]:
+    """The schema fields given on the command line (a ``None`` default: not given)."""
+    values = {spec.name: getattr(args, cli_dest(spec)) for spec in specs}
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _checked(settings: Any, *validate_args: Any) -> None:
+    """``settings.validate()``, its error prefixed with the flag of the field it names."""
+    from app.engine.settings import SettingsError
+
+    try:
+        settings.validate(*validate_args)
+    except SettingsError as exc:
+        spec = CONTEXT_FIELDS.get(exc.field) or SAMPLING_FIELDS.get(exc.field)
+        prefix = f"{cli_flag(spec)}: " if spec is not None and spec.cli is not None else ""
+        raise SettingsError(exc.field, f"{prefix}{exc}", exc.fields) from None
 
 
 def register(sub: Any) -> None:
@@ -40,30 +113,8 @@ def register(sub: Any) -> None:
         "--raw", action="store_true", help="tokenize the prompt as-is instead of as a chat message"
     )
     p.add_argument("--system", metavar="TEXT", help="system prompt (chat mode)")
-    p.add_argument(
-        "-n",
-        "--n-predict",
-        type=int,
-        default=128,
-        metavar="N",
-        help="tokens to generate (default 128)",
-    )
-    p.add_argument(
-        "--temp", type=float, default=0.8, metavar="T", help="temperature; 0 = greedy (default 0.8)"
-    )
-    p.add_argument("--top-k", type=int, default=40, metavar="K")
-    p.add_argument("--top-p", type=float, default=0.95, metavar="P")
-    p.add_argument("--min-p", type=float, default=0.05, metavar="P")
-    p.add_argument("--repeat-penalty", type=float, default=1.0, metavar="R")
-    p.add_argument("--seed", type=int, default=-1, metavar="S", help="-1 = random")
-    p.add_argument(
-        "--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)"
-    )
-    p.add_argument("-t", "--threads", type=int, default=None, metavar="N")
-    p.add_argument(
-        "-c", "--ctx-size", type=int, default=4096, metavar="N", help="context size (default 4096)"
-    )
-    p.add_argument("-b", "--batch-size", type=int, default=512, metavar="N")
+    add_schema_args(p.add_argument_group("sampling (each reply)"), RUN_SAMPLING)
+    add_schema_args(p.add_argument_group("context"), RUN_CONTEXT)
     p.add_argument(
         "--parallel",
         type=int,
@@ -125,7 +176,7 @@ def register(sub: Any) -> None:
         metavar="T",
         help="tokens in the save/restore test (default 2000)",
     )
-    p.add_argument("-t", "--threads", type=int, default=None, metavar="N")
+    add_schema_args(p, BENCH_CONTEXT)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
 
@@ -196,18 +247,28 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _context_settings(args: argparse.Namespace, n_seq: int) -> Any:
+def context_settings(args: argparse.Namespace, n_seq: int) -> ContextSettings:
+    """``run``'s context from its flags, validated (errors name the flag)."""
     from app.engine import ContextSettings
 
-    settings = ContextSettings(
-        n_ctx=args.ctx_size,
-        n_batch=args.batch_size,
-        n_ubatch=min(512, args.batch_size),
-        n_seq_max=max(1, n_seq),
-    )
-    if args.threads is not None:  # 0 or negative is refused by validation, not ignored
-        settings.n_threads = settings.n_threads_batch = args.threads
+    given = schema_values(args, RUN_CONTEXT)
+    threads = given.pop("n_threads", None)
+    settings = ContextSettings(**given, n_seq_max=max(1, n_seq))
+    if isinstance(settings.n_batch, int):
+        settings.n_ubatch = min(512, settings.n_batch)
+    if threads is not None:  # -t sets both; 0 or negative is refused by validation
+        settings.n_threads = settings.n_threads_batch = threads
+    _checked(settings)
     return settings
+
+
+def sampling_params(args: argparse.Namespace, grammar: str | None = None) -> SamplingParams:
+    """``run``'s sampling from its flags, validated (errors name the flag)."""
+    from app.engine import SamplingParams
+
+    params = SamplingParams(**schema_values(args, RUN_SAMPLING), grammar=grammar)
+    _checked(params)
+    return params
 
 
 def _read_grammar(path: str | None) -> str | None:
@@ -223,7 +284,7 @@ def _read_grammar(path: str | None) -> str | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from app.engine import Engine, SamplingParams, TokenText
+    from app.engine import Engine, TokenText
     from app.engine.chat_template import ReasoningEffort, ReasoningOptions
     from app.engine.reasoning import Channel
 
@@ -234,21 +295,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if args.parallel < 1:
         raise LlamaDeskError(f"--parallel must be at least 1, not {args.parallel}.")
-    if args.n_predict < 1:
-        raise LlamaDeskError(f"-n must be at least 1, not {args.n_predict}.")
-    params = SamplingParams(
-        temperature=args.temp,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        repeat_penalty=args.repeat_penalty,
-        seed=args.seed,
-        max_tokens=args.n_predict,
-        stop=list(args.stop),
-        grammar=_read_grammar(args.grammar),
-    )
-    params.validate()
-    settings = _context_settings(args, args.parallel)
+    params = sampling_params(args, _read_grammar(args.grammar))
+    settings = context_settings(args, args.parallel)
     stream = not args.json and args.parallel == 1
     t0 = time.perf_counter()
     with Engine.open(path, settings) as engine:
@@ -272,7 +320,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             else:
                 messages = [{"role": "user", "content": prompt}]
                 engine.set_chat(
-                    key, messages, system=args.system, reserve=args.n_predict, reasoning=reasoning
+                    key,
+                    messages,
+                    system=args.system,
+                    reserve=args.n_predict if args.n_predict > 0 else None,
+                    reasoning=reasoning,
                 )
             engine.start(key, params)
         t1 = time.perf_counter()
@@ -342,8 +394,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise LlamaDeskError(
                 f"--{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}."
             )
-    if args.threads is not None and args.threads < 1:
-        raise LlamaDeskError(f"-t must be at least 1, not {args.threads}.")
+    threads = CONTEXT_FIELDS["n_threads"]
+    problem = None if args.threads is None else threads.problem(args.threads)
+    if problem is not None:
+        raise LlamaDeskError(f"{cli_flag(threads)}: {problem}")
     path = Path(args.model) if args.model else default_model_path()
     result = run_bench(
         path,

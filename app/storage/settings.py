@@ -4,6 +4,13 @@
 wrong type (or one a field's ``metadata["check"]`` rejects) falls back to that field's
 default, and a corrupt file falls back to all defaults and is kept as ``<name>.bad``;
 each case is logged as a warning.
+
+Sampling and context fields are described by :mod:`app.settings_schema`, the same schema
+the engine validates with. A stored value the schema no longer accepts is migrated with a
+warning: a number outside the range (older versions allowed temperatures up to 100 in the
+engine, seeds up to 2^32) is clamped into it, anything else unusable is reset to the
+default. :func:`migrate_sampling` does the same for a conversation's sampling dict and
+:func:`migrate_context` for the stored context settings.
 """
 
 from __future__ import annotations
@@ -21,6 +28,14 @@ from typing import Any, Literal, TypeVar
 
 from app import paths
 from app.fsutil import atomic_write_bytes
+from app.settings_schema import (
+    CONTEXT_FIELDS,
+    MISSING,
+    SAMPLING_FIELDS,
+    SPEC_KEY,
+    FieldSpec,
+    spec_field,
+)
 from app.storage.errors import StorageError
 
 log = logging.getLogger(__name__)
@@ -32,24 +47,71 @@ def _check(predicate: Callable[[Any], bool]) -> dict[str, Any]:
     return {"check": predicate}
 
 
+def _sampling(name: str) -> Any:
+    return spec_field(SAMPLING_FIELDS[name])
+
+
 @dataclass
 class SamplingDefaults:
-    """Default sampling for new conversations (the engine's SamplingParams as fields)."""
+    """Default sampling for new conversations: the engine's SamplingParams fields a chat
+    edits, with the schema's defaults and ranges."""
 
-    temperature: float = field(default=0.7, metadata=_check(lambda v: 0.0 <= v <= 5.0))
-    top_k: int = field(default=40, metadata=_check(lambda v: v >= 0))
-    top_p: float = field(default=0.95, metadata=_check(lambda v: 0.0 <= v <= 1.0))
-    min_p: float = field(default=0.05, metadata=_check(lambda v: 0.0 <= v <= 1.0))
-    repeat_penalty: float = field(default=1.1, metadata=_check(lambda v: 0.0 < v <= 5.0))
-    frequency_penalty: float = field(default=0.0, metadata=_check(lambda v: -2.0 <= v <= 2.0))
-    presence_penalty: float = field(default=0.0, metadata=_check(lambda v: -2.0 <= v <= 2.0))
-    seed: int = -1  # -1: a random seed for every generation
-    max_tokens: int = field(default=1024, metadata=_check(lambda v: v >= 1))
-    stop: list[str] = field(default_factory=list)
+    temperature: float = _sampling("temperature")
+    top_k: int = _sampling("top_k")
+    top_p: float = _sampling("top_p")
+    min_p: float = _sampling("min_p")
+    repeat_penalty: float = _sampling("repeat_penalty")
+    frequency_penalty: float = _sampling("frequency_penalty")
+    presence_penalty: float = _sampling("presence_penalty")
+    seed: int = _sampling("seed")  # -1: a random seed for every generation
+    max_tokens: int = _sampling("max_tokens")
+    stop: list[str] = _sampling("stop")  # noqa: RUF009 (a dataclasses.field with a factory)
 
     def to_dict(self) -> dict[str, Any]:
         """The dict stored as a conversation's ``sampling``."""
         return dataclasses.asdict(self)
+
+
+def _migrate_values(
+    specs: dict[str, FieldSpec], data: dict[str, Any], where: str
+) -> tuple[dict[str, Any], bool]:
+    """``data`` with every schema field made valid (clamped, or dropped so that the default
+    applies), each change logged; other keys are kept as they are."""
+    out: dict[str, Any] = {}
+    changed = False
+    for key, value in data.items():
+        spec = specs.get(key)
+        if spec is None:
+            out[key] = value
+            continue
+        new, note = spec.migrate(value)
+        if note is not None:
+            log.warning("Setting %s%s: %s", f"{where}." if where else "", key, note)
+        if new is MISSING:
+            changed = True
+            continue
+        changed = changed or note is not None
+        out[key] = new
+    return out, changed
+
+
+def migrate_sampling(data: Any, where: str = "sampling") -> tuple[dict[str, Any], bool]:
+    """A conversation's stored sampling dict, valid for the schema: ``(dict, changed)``.
+
+    Keys the schema does not know (a tab's context-full policy, reasoning choices) are
+    kept."""
+    if not isinstance(data, dict):
+        if data is not None:
+            log.warning("Setting %s: expected an object, got %.100r; using defaults", where, data)
+        return {}, data is not None
+    return _migrate_values(SAMPLING_FIELDS, data, where)
+
+
+def migrate_context(data: Any, where: str = "context") -> dict[str, Any]:
+    """Stored context settings (``AppSettings.context``, a preset), valid for the schema."""
+    if not isinstance(data, dict):
+        return {}
+    return _migrate_values(CONTEXT_FIELDS, data, where)[0]
 
 
 @dataclass
@@ -61,7 +123,8 @@ class AppSettings:
     default_sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
     state_quota_bytes: int = field(default=4 * 1024**3, metadata=_check(lambda v: v >= 0))
     context_full_policy: Literal["shift", "stop"] = "shift"
-    context: dict[str, Any] = field(default_factory=dict)  # engine ContextSettings; it validates
+    # engine ContextSettings fields (the engine checks the combination, the schema each one)
+    context: dict[str, Any] = field(default_factory=dict, metadata={"migrate": migrate_context})
     theme: Literal["system", "light", "dark"] = "system"
     window_geometry: str = ""  # base64 of QWidget.saveGeometry()
     window_state: str = ""  # base64 of QMainWindow.saveState()
@@ -139,9 +202,20 @@ def from_dict(cls: type[T], data: Any, *, where: str = "") -> T:
             continue
         if isinstance(raw, int) and not isinstance(raw, bool) and annotation is float:
             raw = float(raw)
+        spec = f.metadata.get(SPEC_KEY)
+        if isinstance(spec, FieldSpec):
+            value, note = spec.migrate(raw)
+            if note is not None:
+                log.warning("Setting %s: %s", label, note)
+            if value is not MISSING:
+                values[f.name] = value
+            continue
         if not _matches(raw, annotation):
             log.warning("Setting %s: invalid value %.100r; using the default", label, raw)
             continue
+        migrate = f.metadata.get("migrate")
+        if migrate is not None:
+            raw = migrate(raw, label)
         check = f.metadata.get("check")
         if check is not None:
             try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import (
     QDoubleSpinBox,
@@ -17,7 +17,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.settings_schema import SAMPLING_FIELDS, FieldSpec
 from app.storage import SamplingDefaults
+from app.storage.settings import migrate_sampling
+from app.ui.field_editors import make_editor, tooltip
 
 
 class Composer(QPlainTextEdit):
@@ -55,30 +58,8 @@ class Composer(QPlainTextEdit):
         super().keyPressEvent(e)
 
 
-_SPINS: list[tuple[str, str, float, float, float, int]] = [
-    # field, label, min, max, step, decimals (0 = integer)
-    ("temperature", "Temperature", 0.0, 5.0, 0.05, 2),
-    ("top_k", "Top-k", 0, 1000, 1, 0),
-    ("top_p", "Top-p", 0.0, 1.0, 0.01, 2),
-    ("min_p", "Min-p", 0.0, 1.0, 0.01, 2),
-    ("repeat_penalty", "Repeat penalty", 0.01, 5.0, 0.05, 2),
-    ("frequency_penalty", "Frequency penalty", -2.0, 2.0, 0.05, 2),
-    ("presence_penalty", "Presence penalty", -2.0, 2.0, 0.05, 2),
-    ("seed", "Seed (-1 random)", -1, 2**31 - 1, 1, 0),
-    ("max_tokens", "Max tokens", 1, 1_000_000, 16, 0),
-]
-
-_TIPS = {
-    "temperature": "Randomness: 0 always picks the likeliest token, higher is more varied.",
-    "top_k": "Sample only among the k likeliest tokens (0: no limit).",
-    "top_p": "Sample among the likeliest tokens whose probabilities add up to p.",
-    "min_p": "Drop tokens less likely than this fraction of the likeliest one.",
-    "repeat_penalty": "Above 1 discourages repeating recent tokens.",
-    "frequency_penalty": "Discourages tokens in proportion to how often they appeared.",
-    "presence_penalty": "Discourages tokens that appeared at all.",
-    "seed": "The same seed and settings give the same reply; -1 picks a new one each time.",
-    "max_tokens": "The longest reply, in tokens.",
-}
+# The per-chat sampling controls: the schema's sampling fields marked ``chat``, in order.
+CHAT_FIELDS: tuple[FieldSpec, ...] = tuple(s for s in SAMPLING_FIELDS.values() if s.chat)
 
 
 class ConversationSettings(QWidget):
@@ -100,33 +81,35 @@ class ConversationSettings(QWidget):
         layout.addLayout(form)
         grid = QGridLayout()
         self.spins: dict[str, QSpinBox | QDoubleSpinBox] = {}
-        for i, (name, label, low, high, step, decimals) in enumerate(_SPINS):
-            spin: QSpinBox | QDoubleSpinBox
-            if decimals:
-                dspin = QDoubleSpinBox()
-                dspin.setDecimals(decimals)
-                dspin.setRange(low, high)
-                dspin.setSingleStep(step)
-                dspin.valueChanged.connect(self.changed)
-                spin = dspin
-            else:
-                ispin = QSpinBox()
-                ispin.setRange(int(low), int(high))
-                ispin.setSingleStep(int(step))
-                ispin.valueChanged.connect(self.changed)
-                spin = ispin
-            spin.setObjectName(name)
-            spin.setToolTip(_TIPS.get(name, ""))
-            title = QLabel(label)
-            title.setToolTip(_TIPS.get(name, ""))
+        for i, spec in enumerate(CHAT_FIELDS):
+            spin = make_editor(spec, special_format="{text}")
+            assert isinstance(spin, QSpinBox | QDoubleSpinBox), spec.name
+            spin.valueChanged.connect(self.changed)
+            spin.setObjectName(spec.name)
+            tip = tooltip(spec)
+            spin.setToolTip(tip)
+            title = QLabel(spec.label)
+            title.setToolTip(tip)
             row, col = divmod(i, 3)
             grid.addWidget(title, row, col * 2)
             grid.addWidget(spin, row, col * 2 + 1)
-            self.spins[name] = spin
+            self.spins[spec.name] = spin
         layout.addLayout(grid)
+        self._extra: dict[str, Any] = {}
+        # A migrated conversation is reported once control returns to the event loop, so
+        # that a tab connecting ``changed`` right after ``set_values`` still stores the fix.
+        self._migrated = QTimer(self)
+        self._migrated.setSingleShot(True)
+        self._migrated.setInterval(0)
+        self._migrated.timeout.connect(self.changed)
 
     def set_values(self, system_prompt: str, sampling: dict[str, Any]) -> None:
+        """Show a conversation's settings. Stored sampling goes through the schema first:
+        a value an older version allowed but the schema does not is clamped (or reset) and
+        logged, and ``changed`` is emitted (from the event loop) so that the conversation
+        stores the fix."""
         defaults = SamplingDefaults().to_dict()
+        sampling, migrated = migrate_sampling(sampling)
         values = {**defaults, **sampling}
         self.blockSignals(True)
         try:
@@ -144,15 +127,15 @@ class ConversationSettings(QWidget):
         finally:
             self.blockSignals(False)
         self._extra = {k: v for k, v in sampling.items() if k not in self.spins}
+        if migrated:
+            self._migrated.start()
 
     def set_extra(self, key: str, value: Any) -> None:
         """A conversation setting without an editor here (kept with the sampling dict)."""
-        extra = dict(getattr(self, "_extra", {}))
-        extra[key] = value
-        self._extra = extra
+        self._extra = {**self._extra, key: value}
 
     def values(self) -> tuple[str, dict[str, Any]]:
-        sampling: dict[str, Any] = dict(getattr(self, "_extra", {}))
+        sampling: dict[str, Any] = dict(self._extra)
         for name, spin in self.spins.items():
             sampling[name] = spin.value()
         return self.system_prompt.toPlainText(), sampling

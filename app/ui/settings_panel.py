@@ -15,8 +15,7 @@ Presets are only requested here (:attr:`presetSaveRequested`,
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
 from PySide6.QtGui import QFont, QPalette, QShowEvent
@@ -42,364 +41,24 @@ from PySide6.QtWidgets import (
 
 from app.engine.errors import ContextError
 from app.engine.metadata import ModelInfo
-from app.engine.settings import (
-    ATTENTION,
-    FLASH_ATTN,
-    KV_TYPES,
-    MAX_SEQUENCES,
-    POOLING,
-    ROPE_SCALING,
-    ContextSettings,
+from app.engine.settings import ContextSettings, SettingsError
+from app.settings_schema import (
+    CONTEXT_FIELDS,
+    CONTEXT_GROUPS,
+    FROM_MODEL,
+    Apply,
+    FieldSpec,
+    format_bytes,
 )
+from app.ui.field_editors import make_editor, read_editor, write_editor
 from app.ui.theme import colors
 
-__all__ = ["SettingsPanel", "format_bytes"]
+__all__ = ["FROM_MODEL", "SettingsPanel", "format_bytes"]
 
-FROM_MODEL = "From the model"
-_INT_MAX = 1 << 24  # n_ctx's limit in ContextSettings.validate; also used for yarn_orig_ctx
-
-Kind = Literal["int", "float", "bool", "choice"]
-
-
-def format_bytes(n: float) -> str:
-    """``1536`` -> ``"1.5 KiB"``; binary units as memory is counted."""
-    value = float(n)
-    if value < 1024:
-        return f"{int(value)} bytes"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024
-        if value < 1024 or unit == "TiB":
-            return f"{value:.2f} {unit}" if value < 10 else f"{value:.1f} {unit}"
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-@dataclass(frozen=True)
-class _Field:
-    name: str
-    label: str
-    help: str
-    kind: Kind
-    minimum: float = 0
-    maximum: float = 0
-    step: float = 1
-    decimals: int = 0
-    special: str | None = None  # shown instead of the minimum value
-    choices: tuple[tuple[str, str], ...] = ()  # (value, text)
-
-
-def _choices(options: dict[str, Any], labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    return tuple((key, labels.get(key, key)) for key in options)
-
-
-def _kv_label(name: str) -> str:
-    size = KV_TYPES[name][1]
-    notes = {
-        "f16": "exact, the default",
-        "f32": "exact, twice the memory",
-        "bf16": "exact range, less precision",
-        "q8_0": "about half of f16, nearly lossless",
-        "q4_0": "about a quarter of f16, lower quality",
-    }
-    note = notes.get(name, "smaller, lower quality")
-    return f"{name} — {size:.2f} bytes per value ({note})"
-
-
-_KV_CHOICES = tuple((name, _kv_label(name)) for name in KV_TYPES)
-
-_GROUPS: tuple[tuple[str, tuple[_Field, ...]], ...] = (
-    (
-        "Context",
-        (
-            _Field(
-                "n_ctx",
-                "Context size",
-                "How many tokens (pieces of words) the model keeps in memory, for all resident "
-                "tabs together. 0 uses the length the model was trained for.",
-                "int",
-                0,
-                _INT_MAX,
-                step=1024,
-                special=f"0 — {FROM_MODEL}",
-            ),
-            _Field(
-                "n_seq_max",
-                "Resident tabs",
-                "How many tabs keep their conversation cached at once; other tabs are saved and "
-                "re-read when you switch to them.",
-                "int",
-                1,
-                MAX_SEQUENCES,
-            ),
-            _Field(
-                "kv_unified",
-                "Unified cache",
-                "Resident tabs share one pool of context instead of each getting a fixed "
-                "slice (context size ÷ resident tabs). Recommended.",
-                "bool",
-            ),
-        ),
-    ),
-    (
-        "Batching",
-        (
-            _Field(
-                "n_batch",
-                "Batch size",
-                "Most tokens handed to the model in one step while reading a prompt. Larger reads "
-                "long prompts faster and uses more memory.",
-                "int",
-                1,
-                1 << 20,
-                step=128,
-            ),
-            _Field(
-                "n_ubatch",
-                "Micro-batch size",
-                "How many of those tokens are computed together; at most the batch size.",
-                "int",
-                1,
-                1 << 20,
-                step=128,
-            ),
-        ),
-    ),
-    (
-        "Threads",
-        (
-            _Field(
-                "n_threads",
-                "Generation threads",
-                "CPU threads used while writing a reply. More than your physical cores usually "
-                "makes it slower.",
-                "int",
-                1,
-                512,
-            ),
-            _Field(
-                "n_threads_batch",
-                "Prompt threads",
-                "CPU threads used while reading a prompt.",
-                "int",
-                1,
-                512,
-            ),
-        ),
-    ),
-    (
-        "Attention & cache",
-        (
-            _Field(
-                "flash_attn",
-                "Flash attention",
-                "A faster, leaner way to compute attention. Auto uses it where the hardware "
-                "supports it; a quantized V cache needs it.",
-                "choice",
-                choices=_choices(FLASH_ATTN, {"auto": "Auto", "on": "On", "off": "Off"}),
-            ),
-            _Field(
-                "type_k",
-                "K cache type",
-                "Number format of the cached keys: smaller formats hold more context in the same "
-                "memory at some cost in quality.",
-                "choice",
-                choices=_KV_CHOICES,
-            ),
-            _Field(
-                "type_v",
-                "V cache type",
-                "Number format of the cached values; anything but f16/bf16/f32 needs flash "
-                "attention.",
-                "choice",
-                choices=_KV_CHOICES,
-            ),
-            _Field(
-                "offload_kqv",
-                "Cache on the GPU",
-                "Keep the cache and compute attention on the GPU for layers that run there.",
-                "bool",
-            ),
-            _Field(
-                "op_offload",
-                "Offload host operations",
-                "Let the GPU also work on weights kept in system memory (faster prompt reading "
-                "with a GPU).",
-                "bool",
-            ),
-            _Field(
-                "swa_full",
-                "Full sliding-window cache",
-                "For models with sliding-window attention (Gemma, gpt-oss): keep every position, "
-                "so an edit far back is cut from the cache. Off saves memory; edits then restore "
-                "a checkpoint or re-read the conversation.",
-                "bool",
-            ),
-        ),
-    ),
-    (
-        "RoPE / YaRN",
-        (
-            _Field(
-                "rope_scaling_type",
-                "RoPE scaling",
-                "How positions are stretched to use more context than the model was trained "
-                "on. Leave it to the model unless you extend the context.",
-                "choice",
-                choices=_choices(
-                    ROPE_SCALING,
-                    {
-                        "model": FROM_MODEL,
-                        "none": "None",
-                        "linear": "Linear",
-                        "yarn": "YaRN",
-                        "longrope": "LongRoPE",
-                    },
-                ),
-            ),
-            _Field(
-                "rope_freq_base",
-                "RoPE base frequency",
-                "Base frequency of the position encoding. 0 uses the model's value.",
-                "float",
-                0.0,
-                1e9,
-                step=1000.0,
-                decimals=2,
-                special=f"0 — {FROM_MODEL}",
-            ),
-            _Field(
-                "rope_freq_scale",
-                "RoPE frequency scale",
-                "Position scale factor for linear scaling (0.5 doubles the usable context). "
-                "0 uses the model's value.",
-                "float",
-                0.0,
-                1e9,
-                step=0.05,
-                decimals=6,
-                special=f"0 — {FROM_MODEL}",
-            ),
-            _Field(
-                "yarn_ext_factor",
-                "YaRN extrapolation mix",
-                "How much of YaRN's extrapolation is mixed in. -1 uses the model's value.",
-                "float",
-                -1.0,
-                100.0,
-                step=0.1,
-                decimals=4,
-                special=f"-1 — {FROM_MODEL}",
-            ),
-            _Field(
-                "yarn_attn_factor",
-                "YaRN attention factor",
-                "Scales attention strength under YaRN. -1 uses the model's value.",
-                "float",
-                -1.0,
-                100.0,
-                step=0.1,
-                decimals=4,
-                special=f"-1 — {FROM_MODEL}",
-            ),
-            _Field(
-                "yarn_beta_fast",
-                "YaRN beta fast",
-                "YaRN's low correction dimension. -1 uses the model's value.",
-                "float",
-                -1.0,
-                1000.0,
-                step=1.0,
-                decimals=4,
-                special=f"-1 — {FROM_MODEL}",
-            ),
-            _Field(
-                "yarn_beta_slow",
-                "YaRN beta slow",
-                "YaRN's high correction dimension. -1 uses the model's value.",
-                "float",
-                -1.0,
-                1000.0,
-                step=1.0,
-                decimals=4,
-                special=f"-1 — {FROM_MODEL}",
-            ),
-            _Field(
-                "yarn_orig_ctx",
-                "YaRN original context",
-                "The context length the model was trained with, as YaRN should assume it. "
-                "0 uses the model's value.",
-                "int",
-                0,
-                _INT_MAX,
-                step=1024,
-                special=f"0 — {FROM_MODEL}",
-            ),
-        ),
-    ),
-    (
-        "Advanced",
-        (
-            _Field(
-                "embeddings",
-                "Embeddings output",
-                "Produce embedding vectors instead of text. Leave off for chatting.",
-                "bool",
-            ),
-            _Field(
-                "pooling_type",
-                "Pooling",
-                "How token embeddings are combined into one vector (embeddings output only).",
-                "choice",
-                choices=_choices(
-                    POOLING,
-                    {
-                        "model": FROM_MODEL,
-                        "none": "None",
-                        "mean": "Mean",
-                        "cls": "First (CLS) token",
-                        "last": "Last token",
-                        "rank": "Rank (rerankers)",
-                    },
-                ),
-            ),
-            _Field(
-                "attention_type",
-                "Attention type",
-                "Causal for chat models, non-causal for embedding models.",
-                "choice",
-                choices=_choices(
-                    ATTENTION,
-                    {
-                        "model": FROM_MODEL,
-                        "causal": "Causal (chat models)",
-                        "non-causal": "Non-causal (embedding models)",
-                    },
-                ),
-            ),
-            _Field(
-                "no_perf",
-                "Skip performance counters",
-                "Do not collect llama.cpp's internal timing statistics (a little less overhead).",
-                "bool",
-            ),
-        ),
-    ),
-)
-
-FIELDS: dict[str, _Field] = {f.name: f for _, group in _GROUPS for f in group}
+# The fields and their groups, from the schema (app/settings_schema.py).
+FIELDS: dict[str, FieldSpec] = CONTEXT_FIELDS
 assert set(FIELDS) == {f.name for f in dataclasses.fields(ContextSettings)}, (
-    "every ContextSettings field needs an editor"
-)
-
-# Words in ContextError sentences that point at a field (for highlighting its label).
-_ERROR_HINTS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("n_ubatch", ("n_ubatch", "n_batch")),
-    ("quantized V cache", ("type_v", "flash_attn")),
-    ("split cache", ("kv_unified", "n_ctx", "n_seq_max")),
-    ("K cache type", ("type_k",)),
-    ("V cache type", ("type_v",)),
-    ("The K cache", ("type_k",)),
-    ("The V cache", ("type_v",)),
-    ("far beyond", ("n_ctx", "rope_scaling_type")),
+    "every ContextSettings field needs a spec"
 )
 
 _LIVE_MARK = "⚡ Applies live"
@@ -513,7 +172,7 @@ class SettingsPanel(QDialog):
         self._problem_label.setStyleSheet(f"color: {c.error};")
         self._error_label.setStyleSheet(f"color: {c.error}; font-weight: bold;")
         for name, mark in self._marks.items():
-            live = name in ContextSettings.LIVE_FIELDS
+            live = FIELDS[name].apply is Apply.LIVE
             mark.setStyleSheet(f"color: {c.ok if live else c.warn};")
         for name, label in self._labels.items():
             label.setStyleSheet(f"color: {c.error};" if name in self._flagged else "")
@@ -549,8 +208,8 @@ class SettingsPanel(QDialog):
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self._fields_widget = QWidget()
         fields_layout = QVBoxLayout(self._fields_widget)
-        for title, group in _GROUPS:
-            fields_layout.addWidget(self._build_group(title, group))
+        for title, names in CONTEXT_GROUPS:
+            fields_layout.addWidget(self._build_group(title, [FIELDS[n] for n in names]))
         fields_layout.addStretch(1)
         scroll.setWidget(self._fields_widget)
         outer.addWidget(scroll, 1)
@@ -636,7 +295,7 @@ class SettingsPanel(QDialog):
             button.setAutoDefault(False)
         return row
 
-    def _build_group(self, title: str, group: tuple[_Field, ...]) -> QGroupBox:
+    def _build_group(self, title: str, group: list[FieldSpec]) -> QGroupBox:
         box = QGroupBox(title)
         grid = QGridLayout(box)
         grid.setColumnMinimumWidth(0, 170)
@@ -648,7 +307,7 @@ class SettingsPanel(QDialog):
             editor = self._make_editor(spec)
             editor.setObjectName(f"field_{spec.name}")
             label.setBuddy(editor)
-            live = spec.name in ContextSettings.LIVE_FIELDS
+            live = spec.apply is Apply.LIVE
             mark = QLabel(_LIVE_MARK if live else _REBUILD_MARK)
             mark.setObjectName(f"mark_{spec.name}")
             mark.setToolTip(_LIVE_TIP if live else _REBUILD_TIP)
@@ -670,46 +329,21 @@ class SettingsPanel(QDialog):
         return box
 
     @staticmethod
-    def _range_text(spec: _Field) -> str:
-        if spec.kind == "int":
-            if spec.name == "n_ctx":
-                return f"Valid: 0, or 64 to {int(spec.maximum):,}."
-            return f"Valid: {int(spec.minimum):,} to {int(spec.maximum):,}."
-        if spec.kind == "float":
-            return f"Valid: {spec.minimum:g} to {spec.maximum:g}."
-        return ""
+    def _range_text(spec: FieldSpec) -> str:
+        text = spec.range_text()
+        return f"Valid: {text}." if text else ""
 
-    def _make_editor(self, spec: _Field) -> QWidget:
-        if spec.kind == "int":
-            spin = QSpinBox()
-            self._wheel_guard.guard(spin)
-            spin.setRange(int(spec.minimum), int(spec.maximum))
-            spin.setSingleStep(int(spec.step))
-            spin.setGroupSeparatorShown(True)
-            if spec.special:
-                spin.setSpecialValueText(spec.special)
-            spin.valueChanged.connect(self._on_edited)
-            return spin
-        if spec.kind == "float":
-            dspin = QDoubleSpinBox()
-            self._wheel_guard.guard(dspin)
-            dspin.setDecimals(spec.decimals)
-            dspin.setRange(spec.minimum, spec.maximum)
-            dspin.setSingleStep(spec.step)
-            if spec.special:
-                dspin.setSpecialValueText(spec.special)
-            dspin.valueChanged.connect(self._on_edited)
-            return dspin
-        if spec.kind == "bool":
-            check = QCheckBox()
-            check.toggled.connect(self._on_edited)
-            return check
-        combo = QComboBox()
-        self._wheel_guard.guard(combo)
-        for value, text in spec.choices:
-            combo.addItem(text, value)
-        combo.currentIndexChanged.connect(self._on_edited)
-        return combo
+    def _make_editor(self, spec: FieldSpec) -> QWidget:
+        editor = make_editor(spec)
+        if isinstance(editor, QSpinBox | QDoubleSpinBox):
+            self._wheel_guard.guard(editor)
+            editor.valueChanged.connect(self._on_edited)
+        elif isinstance(editor, QCheckBox):
+            editor.toggled.connect(self._on_edited)
+        elif isinstance(editor, QComboBox):
+            self._wheel_guard.guard(editor)
+            editor.currentIndexChanged.connect(self._on_edited)
+        return editor
 
     # -- reading and writing the editors -------------------------------------------------
 
@@ -722,48 +356,16 @@ class SettingsPanel(QDialog):
                 spec = FIELDS.get(name)
                 if spec is None:
                     continue
-                editor = self._editors[name]
-                if spec.kind == "int" and isinstance(editor, QSpinBox):
-                    if isinstance(value, bool) or not isinstance(value, int):
-                        skipped.append(name)
-                        continue
-                    editor.setValue(value)
-                elif spec.kind == "float" and isinstance(editor, QDoubleSpinBox):
-                    if isinstance(value, bool) or not isinstance(value, int | float):
-                        skipped.append(name)
-                        continue
-                    editor.setValue(float(value))
-                elif spec.kind == "bool" and isinstance(editor, QCheckBox):
-                    if not isinstance(value, bool):
-                        skipped.append(name)
-                        continue
-                    editor.setChecked(value)
-                elif isinstance(editor, QComboBox):
-                    if not isinstance(value, str):
-                        skipped.append(name)
-                        continue
-                    index = editor.findData(value)
-                    if index < 0:
-                        # Keep an unknown value visible so validation names it; never drop it.
-                        editor.addItem(f"{value} (not a valid choice)", value)
-                        index = editor.count() - 1
-                    editor.setCurrentIndex(index)
+                if not write_editor(spec, self._editors[name], value):
+                    skipped.append(name)
         finally:
             self._loading_values = False
         return skipped
 
     def _read_editors(self) -> ContextSettings:
-        values: dict[str, Any] = {}
-        for name, editor in self._editors.items():
-            if isinstance(editor, QSpinBox):
-                values[name] = int(editor.value())
-            elif isinstance(editor, QDoubleSpinBox):
-                values[name] = float(editor.value())
-            elif isinstance(editor, QCheckBox):
-                values[name] = bool(editor.isChecked())
-            elif isinstance(editor, QComboBox):
-                values[name] = str(editor.currentData())
-        return ContextSettings(**values)
+        return ContextSettings(
+            **{name: read_editor(editor) for name, editor in self._editors.items()}
+        )
 
     # -- public interface ----------------------------------------------------------------
 
@@ -812,11 +414,15 @@ class SettingsPanel(QDialog):
         self._preset_combo.setEnabled(not active)
         self._update_state()
 
-    def show_error(self, message: str) -> None:
-        """Show why applying failed (a sentence from the engine); ends the busy state."""
+    def show_error(self, message: str | BaseException) -> None:
+        """Show why applying failed (a sentence, or the engine's error: a
+        :class:`SettingsError` also highlights its fields); ends the busy state."""
         self.set_applying(False)
-        self._error_label.setText(message)
+        self._error_label.setText(str(message))
         self._error_label.show()
+        if isinstance(message, SettingsError):
+            self._flagged = set(message.fields) & set(FIELDS)
+            self._apply_colours()
 
     # -- reacting to edits ---------------------------------------------------------------
 
@@ -827,29 +433,26 @@ class SettingsPanel(QDialog):
         self._error_label.hide()
         self._update_state()
 
-    def _validate(self, settings: ContextSettings) -> str | None:
+    def _check(self, settings: ContextSettings) -> ContextError | None:
         try:
             settings.validate(self._model_info)
         except ContextError as exc:
-            return str(exc)
+            return exc
         return None
+
+    def _validate(self, settings: ContextSettings) -> str | None:
+        problem = self._check(settings)
+        return None if problem is None else str(problem)
 
     def _update_state(self) -> None:
         edited = self._read_editors()
-        self._problem = self._validate(edited)
+        error = self._check(edited)
+        self._problem = None if error is None else str(error)
         self._problem_label.setText(self._problem or "")
         self._problem_label.setVisible(self._problem is not None)
 
-        flagged: set[str] = set()
-        if self._problem:
-            for hint, names in _ERROR_HINTS:
-                if hint in self._problem:
-                    flagged.update(names)
-            for name, spec in FIELDS.items():
-                if f"({name}" in self._problem or f" {name} " in self._problem:
-                    flagged.add(name)
-                elif spec.label in self._problem:
-                    flagged.add(name)
+        # The error names its fields: no reading of its sentence.
+        flagged = set(error.fields) & set(FIELDS) if isinstance(error, SettingsError) else set()
         for name, label in self._labels.items():
             changed = getattr(edited, name) != getattr(self._original, name)
             font = QFont(label.font())

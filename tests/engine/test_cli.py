@@ -148,7 +148,7 @@ def test_resume_refuses_a_damaged_session(tiny_model: Path, tmp_path: Path) -> N
         (["run", "MODEL", "hi", "--temp", "-1"], "Temperature"),
         (["run", "MODEL", "hi", "--parallel", "0"], "--parallel"),
         (["run", "MODEL", "hi", "--resume-session", "/nonexistent"], "does not exist"),
-        (["run", "MODEL", "hi", "-t", "0"], "Threads"),
+        (["run", "MODEL", "hi", "-t", "0"], "-t/--threads: Generation threads"),
         (["bench", "MODEL", "--tabs", "0"], "--tabs must be at least 1"),
     ],
 )
@@ -221,3 +221,48 @@ def test_run_with_a_grammar_gives_reasoning_apart(tmp_path: Path) -> None:
     assert reply["reasoning"] in shown.stderr
     missing = llamadesk("run", str(model), "hello", "--grammar", str(tmp_path / "none.gbnf"))
     assert missing.returncode == 2 and "grammar file" in missing.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "bench"])
+def test_help_shows_the_schema(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from app import engine_cli
+    from app.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([command, "--help"])
+    text = "".join(capsys.readouterr().out.split())  # argparse wraps the lines
+    specs = (
+        (*engine_cli.RUN_SAMPLING, *engine_cli.RUN_CONTEXT)
+        if command == "run"
+        else engine_cli.BENCH_CONTEXT
+    )
+    for spec in specs:
+        assert spec.cli is not None
+        for flag in spec.cli.flags:
+            assert flag in text, flag
+        assert "".join(spec.help.split()) in text, spec.name
+        if spec.range_text():
+            assert "".join(f"Valid: {spec.range_text()}".split()) in text, spec.name
+    if command == "run":
+        assert "(default128)" in text and "(default0.8)" in text  # -n and --temp
+
+
+def test_flags_keep_their_names_and_fill_the_schema_fields() -> None:
+    from app import engine_cli
+    from app.cli import build_parser
+
+    line = "run m.gguf hi -n 7 --temp 0 --top-k 5 --seed 9 --stop a --stop b -c 2048 -b 256 -t 2"
+    args = build_parser().parse_args(line.split())
+    params = engine_cli.sampling_params(args)
+    assert (params.max_tokens, params.temperature, params.top_k, params.seed) == (7, 0.0, 5, 9)
+    assert params.stop == ["a", "b"] and params.repeat_penalty == 1.0
+    settings = engine_cli.context_settings(args, 3)
+    assert (settings.n_ctx, settings.n_batch, settings.n_ubatch, settings.n_seq_max) == (
+        2048,
+        256,
+        256,
+        3,
+    )
+    assert settings.n_threads == settings.n_threads_batch == 2
+    default = engine_cli.context_settings(build_parser().parse_args(["run", "m.gguf"]), 1)
+    assert default.n_threads > 0 and default.n_ctx == 4096

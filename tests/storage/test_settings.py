@@ -24,12 +24,13 @@ def test_defaults_when_missing(home: Path) -> None:
     s = load_app_settings()
     assert s == AppSettings()
     d = s.default_sampling
+    # One default per field, from the schema (the engine's, llama.cpp's): 0.8 and 1.0.
     assert (d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty) == (
-        0.7,
+        0.8,
         40,
         0.95,
         0.05,
-        1.1,
+        1.0,
     )
     assert (d.frequency_penalty, d.presence_penalty, d.seed, d.max_tokens, d.stop) == (
         0.0,
@@ -96,7 +97,8 @@ def test_unknown_and_invalid_values_fall_back(home: Path, caplog: pytest.LogCapt
     assert s.default_sampling.temperature == 2.0 and isinstance(
         s.default_sampling.temperature, float
     )
-    assert s.default_sampling.top_p == 0.95 and s.default_sampling.stop == []
+    # top_p 7 is a number out of range: clamped; a non-text stop string: reset.
+    assert s.default_sampling.top_p == 1.0 and s.default_sampling.stop == []
     text = caplog.text
     for name in [
         "theme",

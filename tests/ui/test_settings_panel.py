@@ -369,7 +369,7 @@ def test_panel_fits_the_screen_and_scrolls(qtbot: QtBot) -> None:
     assert scroll is not None and scroll.widget() is panel._fields_widget
     assert panel.isSizeGripEnabled()  # resizable
     # the fields scroll instead of stretching the dialog
-    assert scroll.widget().sizeHint().height() > scroll.viewport().height()
+    assert panel._fields_widget.sizeHint().height() > scroll.viewport().height()
     panel.close()
 
 
