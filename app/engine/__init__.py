@@ -1,11 +1,12 @@
 """Qt-free inference on llama.cpp: one model, one context, many sequences.
 
-See :mod:`app.engine.engine` for the scheduler and ``../shared/DESIGN.md`` for why it is
-built on llama.cpp's C functions rather than llama-cpp-python's ``Llama`` class.
+:class:`Engine` (:mod:`app.engine.engine`) is the facade; its module docstring maps the
+rooms behind it. ``../shared/DESIGN.md`` says why it is built on llama.cpp's C functions
+rather than llama-cpp-python's ``Llama`` class.
 """
 
 from app.engine.chat_template import ChatTemplate, ChatTemplateError
-from app.engine.engine import Engine, SequenceInfo
+from app.engine.engine import Engine
 from app.engine.errors import (
     ContextError,
     ContextFullError,
@@ -24,6 +25,7 @@ from app.engine.events import (
     TokenText,
 )
 from app.engine.metadata import ModelInfo, fingerprint, read_model_info
+from app.engine.sequence import Phase, SequenceInfo
 from app.engine.settings import ContextSettings, ModelSettings, SamplingParams
 from app.engine.state_file import SequenceState
 
@@ -43,6 +45,7 @@ __all__ = [
     "ModelInfo",
     "ModelLoadError",
     "ModelSettings",
+    "Phase",
     "PromptProgress",
     "SamplingParams",
     "SequenceFailed",

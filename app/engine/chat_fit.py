@@ -1,0 +1,171 @@
+"""Prompt fitting: a conversation rendered into the tokens a sequence should hold.
+
+When the conversation does not fit, the oldest messages after the system prompt are left
+out (the same ones a context shift dropped). Also here: the system prompt's length (what a
+shift keeps), where the messages start in the cache (where a shift may cut), the
+checkpoint marks of a chat prompt, and keeping the tokens the model sampled when the new
+prompt's text continues them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.engine.chat_template import ReasoningOptions
+from app.engine.errors import ContextFullError
+from app.engine.handles import Handles
+from app.engine.reasoning import ReasoningFormat, prompt_opens_reasoning
+from app.engine.sequence import Message, Sequence, common_prefix
+
+
+@dataclass(frozen=True)
+class FittedChat:
+    """What ``set_chat`` queues: the tokens and what the sequence remembers about them."""
+
+    messages: list[Message]  # the whole conversation (with the system prompt merged in)
+    n_dropped: int  # messages after the system prompt left out
+    n_keep: int  # BOS and the system prompt's tokens
+    tokens: list[int]
+    marks: tuple[int, ...]  # where to take checkpoints besides the end
+    reasoning: ReasoningOptions | None
+    reasoning_format: ReasoningFormat
+    opens_reasoning: bool
+
+
+def _split_head(messages: list[Message]) -> tuple[list[Message], list[Message]]:
+    """The system prompt (kept by every shift) and the messages after it."""
+    head = messages[:1] if messages and messages[0].get("role") == "system" else []
+    return head, messages[len(head) :]
+
+
+class ChatFitter:
+    def __init__(self, handles: Handles) -> None:
+        self._h = handles
+
+    def fit(
+        self,
+        seq: Sequence,
+        messages: list[Message],
+        system: str | None,
+        add_generation_prompt: bool,
+        reserve: int | None,
+        reasoning: ReasoningOptions | None,
+    ) -> FittedChat:
+        h = self._h
+        model = h.need_model()
+        n_ctx_seq = h.n_ctx_seq
+        msgs = [dict(m) for m in messages]
+        if system:
+            msgs = [
+                {"role": "system", "content": system},
+                *[m for m in msgs if m.get("role") != "system"],
+            ]
+        head, body = _split_head(msgs)
+        room = reserve if reserve is not None and reserve > 0 else max(16, n_ctx_seq // 4)
+        budget = n_ctx_seq - min(room, n_ctx_seq // 2)
+        dropped = min(seq.n_dropped, max(0, len(body) - 1)) if seq.messages is not None else 0
+        while True:
+            kept = head + body[dropped:]
+            text = h.render_chat(kept, add_generation_prompt, reasoning)
+            tokens = h.tokenize_chat(text)
+            if len(tokens) <= budget or dropped >= len(body) - 1:
+                break
+            dropped += 1
+        if len(tokens) >= n_ctx_seq:
+            raise ContextFullError(
+                f"The conversation needs {len(tokens):,} tokens but the context holds {n_ctx_seq:,}: "
+                "raise the context size in Settings or start a new conversation."
+            )
+        if head:
+            n_keep = common_prefix(h.tokenize_chat(h.render_chat(head, False, reasoning)), tokens)
+        else:
+            n_keep = 1 if model.add_bos else 0
+        template = h.template
+        assert template is not None
+        reasoning_format = (
+            template.reasoning_format if add_generation_prompt else ReasoningFormat.NONE
+        )
+        tokens = self._reuse_sampled_tokens(seq, text, tokens)
+        marks = self._marks(n_keep, kept, tokens, reasoning) if h.traits.needs_checkpoints else ()
+        return FittedChat(
+            msgs,
+            dropped,
+            n_keep,
+            tokens,
+            marks,
+            reasoning,
+            reasoning_format,
+            prompt_opens_reasoning(text, reasoning_format),
+        )
+
+    def _marks(
+        self,
+        n_keep: int,
+        kept: list[Message],
+        tokens: list[int],
+        reasoning: ReasoningOptions | None,
+    ) -> tuple[int, ...]:
+        """Where to checkpoint a chat prompt besides its end: after the system prompt and
+        before the last user message (an edit of that message restores there)."""
+        marks = [n_keep] if n_keep > 1 else []
+        last_user = max((i for i, m in enumerate(kept) if m.get("role") == "user"), default=0)
+        if last_user > 0:
+            before = self._h.tokenize_chat(self._h.render_chat(kept[:last_user], False, reasoning))
+            if common_prefix(before, tokens) == len(before):
+                marks.append(len(before))
+        return tuple(marks)
+
+    def _reuse_sampled_tokens(self, seq: Sequence, text: str, tokens: list[int]) -> list[int]:
+        """Keep the tokens the model sampled when the new prompt text continues them.
+
+        Re-tokenizing a reply does not always give back the tokens the model sampled (a
+        BPE can split the same text another way), and every token after the first
+        difference would be processed again. When the rendered text starts with exactly the
+        text the cache holds, only the new tail is tokenized.
+        """
+        model = self._h.need_model()
+        common = common_prefix(seq.tokens, tokens)
+        if common == len(seq.tokens):
+            return tokens
+        # Walk the cached tokens past the common prefix while their text is the start of
+        # the new text: the sampled reply, and whatever followed it that the new prompt
+        # still has (a regenerated later turn keeps the earlier replies' sampled tokens).
+        new = b"".join(model.piece(t, special=True) for t in tokens[common:])
+        held, offset, rest = common, 0, ""
+        for token in seq.tokens[common:]:
+            piece = model.piece(token, special=True)
+            if not piece or new[offset : offset + len(piece)] != piece:
+                break
+            held, offset = held + 1, offset + len(piece)
+        while held > common:
+            try:
+                rest = new[offset:].decode("utf-8")
+                break
+            except UnicodeDecodeError:  # the cut falls inside a character: step back
+                held -= 1
+                offset -= len(model.piece(seq.tokens[held], special=True))
+        if held == common:
+            return tokens
+        tail = model.tokenize(rest, add_special=False, parse_special=True) if rest else []
+        candidate = seq.tokens[:held] + tail
+        # Accept only the same bytes split another way: a vocabulary that adds a space in
+        # front of every text run (SentencePiece) would otherwise slip in text the template
+        # never rendered.
+        same_text = b"".join(model.piece(t, special=True) for t in candidate[common:]) == new
+        return candidate if same_text else tokens
+
+    def message_boundaries(self, seq: Sequence) -> list[int]:
+        """Token offsets where messages start in the cache, for cutting at whole messages."""
+        if not seq.messages:
+            return []
+        head, body = _split_head(seq.messages)
+        body = body[seq.n_dropped :]
+        bounds = []
+        for i in range(1, len(body) + 1):
+            toks = self._h.tokenize_chat(self._h.render_chat(head + body[:i], False, seq.reasoning))
+            n = common_prefix(toks, seq.tokens)
+            if n == len(toks):
+                bounds.append(n)
+            else:
+                break
+        return bounds

@@ -1,0 +1,359 @@
+"""The scheduler: continuous batching over every busy sequence, one decode per step.
+
+Each step builds one ``llama_batch``: one sampled token for every generating sequence, then
+prompt chunks of prefilling ones up to ``n_batch`` (both lists rotated, so nobody waits
+behind the others step after step), with logits only on the last token of a span. Then one
+``llama_decode``, and per sequence: bookkeeping, checkpoints, sampling and text. A failed
+decode is resynchronised from ``seq_pos_max``; "no memory slot" evicts an idle sequence,
+halves the prompt part, or shifts the largest sequence, and tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from app.engine.context_shift import ContextShift
+from app.engine.events import Completion, Event, Finished, PromptProgress, SequenceFailed
+from app.engine.handles import Handles
+from app.engine.output import ReplyStream
+from app.engine.residency import Residency
+from app.engine.sampling import Sampler
+from app.engine.sequence import Phase, ReadyLogits, Sequence
+from app.engine.settings import SamplingParams
+from app.engine.snapshots import Snapshots
+
+log = logging.getLogger(__name__)
+
+# One sequence's part of a batch: the sequence, its tokens, and the batch index of the
+# last one when its logits are kept. A plain tuple: one is built per sequence per step.
+Span = tuple[Sequence, list[int], int | None]
+
+_MAX_ATTEMPTS = 12  # decodes per step while the cache has no room for the batch
+_CONTEXT_FULL = (
+    "The context is full: the cache has no room left. Close some tabs or raise the context size."
+)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        handles: Handles,
+        snapshots: Snapshots,
+        residency: Residency,
+        shifter: ContextShift,
+    ) -> None:
+        self._h = handles
+        self._snapshots = snapshots
+        self._residency = residency
+        self._shifter = shifter
+        self._rotation = 0
+
+    # ------------------------------------------------------------ taking work
+
+    def begin_generation(self, seq: Sequence, params: SamplingParams) -> None:
+        """IDLE -> PREFILLING_TO_GENERATE: a sampler for this turn, the queued prompt first."""
+        model = self._h.need_model()
+        n_ctx_seq = self._h.n_ctx_seq
+        if seq.sampler:
+            seq.sampler.close()
+        seq.sampler = Sampler(model.vocab, model.n_vocab, params, n_ctx_seq)
+        if params.repeat_penalty != 1.0 or params.frequency_penalty or params.presence_penalty:
+            if not params.grammar:  # the grammar must not see the prompt
+                last_n = n_ctx_seq if params.repeat_last_n < 0 else params.repeat_last_n
+                history = (seq.tokens + seq.pending[:-1])[-last_n:] if last_n else []
+                for token in history:
+                    seq.sampler.accept(token)
+        seq.params = params
+        seq.completion = Completion(
+            n_prompt=len(seq.tokens) + len(seq.pending), n_prompt_processed=len(seq.pending)
+        )
+        seq.reply = ReplyStream(
+            seq.key, seq.completion, params.stop, seq.reasoning_format, seq.opens_reasoning
+        )
+        seq.begin_generation()
+        seq.prompt_total, seq.prompt_done = len(seq.pending), 0
+        self._h.table.touch(seq)
+
+    def begin_prefill(self, seq: Sequence, keep_logits: bool) -> None:
+        """IDLE -> PREFILLING(_FOR_LOGITS): process the queue without generating."""
+        seq.begin_prefill(keep_logits)
+        seq.last_logits = None
+        seq.prompt_total, seq.prompt_done = len(seq.pending), 0
+        self._h.table.touch(seq)
+
+    # ------------------------------------------------------------ one step
+
+    def step(self) -> list[Event]:
+        """One batched decode over every busy sequence. Returns what happened."""
+        h = self._h
+        events, h.side_events = h.side_events, []
+        ctx = h.need_ctx()
+        ctx.abort_requested = False
+        seqs = h.table.by_key.values()
+        for seq in seqs:
+            if seq.stop_requested and seq.phase is not Phase.IDLE:
+                self.finish(seq, "aborted", events)
+        busy = [s for s in seqs if s.phase is not Phase.IDLE]
+        if not busy:
+            return events
+        if h.need_model().has_encoder:
+            turn = self._encoder_turn(busy, events)
+            if turn is None:
+                return events
+            busy = [turn]
+        for seq in sorted(busy, key=lambda s: s.seq_id is None):
+            self._residency.ensure_resident(seq, events, protect={s.key for s in busy})
+        for seq in busy:
+            if seq.phase is Phase.PREFILLING_TO_GENERATE and seq.seq_id is not None:
+                ready = seq.ready_logits()
+                if ready is not None:
+                    # A checkpoint kept the prompt's last logits: the reply starts without a decode.
+                    assert seq.sampler is not None
+                    seq.first_token(time.perf_counter())
+                    self._on_token(seq, seq.sampler.sample_logits(ready), events)
+        prompt_cap: int | None = None  # shrinks when the cache has no room for the batch
+        for _attempt in range(_MAX_ATTEMPTS):
+            spans = self._build_batch(events, prompt_cap)
+            if not spans:
+                return events
+            ctx.set_abort_check(any(seq.phase is not Phase.GENERATING for seq, _, _ in spans))
+            started = time.perf_counter()
+            result = ctx.decode()
+            elapsed_ms = (time.perf_counter() - started) * 1000.0
+            if result.ok:
+                self._after_decode(spans, elapsed_ms, events)
+                return events
+            self._resync(spans)
+            if result.aborted:
+                log.info("decode aborted (stop requested)")
+                return events
+            if result.code < 0:
+                message = f"llama.cpp failed to process the batch (error {result.code}). The reply was stopped; try again."
+                for seq, _, _ in spans:
+                    self.finish(seq, "error", events, message)
+                return events
+            prompt_cap = self._make_pool_room(spans, prompt_cap, events)
+        return events
+
+    def _encoder_turn(self, busy: list[Sequence], events: list[Event]) -> Sequence | None:
+        """The context holds one encoder output at a time: encoder-decoder sequences take
+        turns, the one already encoded first. Returns whose turn it is (None: it failed)."""
+        current = [s for s in busy if (s.key, s.seq_id) == self._h.encoded_for]
+        turn = (current or busy)[0]
+        self._residency.ensure_resident(turn, events, protect={turn.key})
+        if turn.seq_id is not None and self._h.encoded_for != (turn.key, turn.seq_id):
+            if turn.encoder_input is None or not self._encode(turn):
+                self.finish(turn, "error", events, "llama.cpp could not encode the prompt.")
+                return None
+        return turn
+
+    def _encode(self, seq: Sequence) -> bool:
+        ctx = self._h.need_ctx()
+        assert seq.seq_id is not None and seq.encoder_input is not None
+        if seq.tokens:
+            # llama.cpp validates encoder positions against the sequence's cells: encode into
+            # an empty sequence and decode what it held again (the encoder output was lost,
+            # e.g. by a context rebuild or another sequence's turn).
+            ctx.seq_rm(seq.seq_id, -1, -1)
+            seq.pending = seq.tokens + seq.pending
+            seq.tokens = []
+        ctx.batch.clear()
+        ctx.batch.add_span(seq.encoder_input, 0, seq.seq_id, False)
+        ctx.batch.mark_all_outputs()
+        if ctx.encode() != 0:
+            return False
+        self._h.encoded_for = (seq.key, seq.seq_id)
+        return True
+
+    def _build_batch(self, events: list[Event], prompt_cap: int | None = None) -> list[Span]:
+        h = self._h
+        batch = h.need_ctx().batch
+        batch.clear()
+        spans: list[Span] = []
+        resident = [
+            s
+            for s in h.table.by_key.values()
+            if s.phase is not Phase.IDLE and s.seq_id is not None and s.pending
+        ]
+        if h.encoded_for is not None and h.need_model().has_encoder:
+            resident = [s for s in resident if (s.key, s.seq_id) == h.encoded_for]
+        generating = [s for s in resident if s.phase is Phase.GENERATING]
+        prefilling = [s for s in resident if s.phase is not Phase.GENERATING]
+        # Rotate both lists so that no sequence waits behind others step after step.
+        self._rotation += 1
+        if len(generating) > 1:
+            r = self._rotation % len(generating)
+            generating = generating[r:] + generating[:r]
+        if len(prefilling) > 1:
+            r = self._rotation % len(prefilling)
+            prefilling = prefilling[r:] + prefilling[:r]
+        prompt_room = batch.capacity if prompt_cap is None else prompt_cap
+        for seq in generating + prefilling:
+            is_generating = seq.phase is Phase.GENERATING
+            room = batch.free if is_generating else min(batch.free, prompt_room)
+            if room <= 0:
+                continue
+            if not self._make_room(seq, min(len(seq.pending), room), events):
+                continue
+            # A chunk ends where a checkpoint is due, so the state can be taken there.
+            n_held = len(seq.tokens)
+            mark = min((m for m in seq.checkpoint_at if m > n_held), default=None)
+            if mark is not None:
+                room = min(room, mark - n_held)
+            chunk = seq.pending[:room]
+            if not is_generating:
+                prompt_room -= len(chunk)
+            # The last prompt token's logits are always kept (one row): a reply, or a later
+            # regenerate, starts from them.
+            want_logits = mark == n_held + len(chunk) or len(chunk) == len(seq.pending)
+            assert seq.seq_id is not None
+            index = batch.add_span(chunk, n_held, seq.seq_id, want_logits)
+            spans.append((seq, chunk, index if want_logits else None))
+        return spans
+
+    def _after_decode(self, spans: list[Span], elapsed_ms: float, events: list[Event]) -> None:
+        ctx = self._h.need_ctx()
+        now = time.perf_counter()
+        for seq, chunk, index in spans:
+            seq.tokens.extend(chunk)
+            del seq.pending[: len(chunk)]
+            phase = seq.phase
+            if phase is not Phase.GENERATING:
+                logits = ctx.logits(index) if index is not None else None
+                if logits is not None and not seq.pending:
+                    # The prompt's last logits: a regenerated reply starts here without a decode.
+                    seq.ready = ReadyLogits(len(seq.tokens), logits.tobytes())
+            else:
+                logits = None
+            if len(seq.tokens) in seq.checkpoint_at:
+                seq.checkpoint_at.discard(len(seq.tokens))
+                self._snapshots.take_checkpoint(seq, logits)
+            if phase is not Phase.GENERATING:
+                seq.prompt_done += len(chunk)
+                seq.completion.prompt_ms += elapsed_ms
+                events.append(PromptProgress(seq.key, seq.prompt_done, seq.prompt_total))
+                if logits is not None and phase is Phase.PREFILLING_FOR_LOGITS and not seq.pending:
+                    seq.last_logits = logits
+                if not seq.pending and phase is not Phase.PREFILLING_TO_GENERATE:
+                    seq.prefill_done()
+                    events.append(Finished(seq.key, seq.completion))
+                    continue
+            if index is None or seq.pending:
+                continue
+            if phase is not Phase.GENERATING:
+                seq.first_token(now)
+            assert seq.sampler is not None
+            self._on_token(seq, seq.sampler.sample(ctx.handle, index), events)
+
+    def _on_token(self, seq: Sequence, token: int, events: list[Event]) -> None:
+        model = self._h.need_model()
+        # Decoded next step; kept when finishing, so a resume continues exactly.
+        seq.pending = [token]
+        if model.is_eog(token):
+            self.finish(seq, "eog", events)
+            return
+        completion = seq.completion
+        completion.tokens.append(token)
+        reply = seq.reply
+        assert reply is not None and seq.params is not None
+        reply.feed(model.piece(token, special=reply.special_pieces), token, events)
+        if reply.stopped:
+            self.finish(seq, "stop", events)
+        elif 0 < seq.params.max_tokens <= len(completion.tokens):
+            self.finish(seq, "length", events)
+
+    def finish(
+        self, seq: Sequence, reason: str, events: list[Event], error: str | None = None
+    ) -> None:
+        """Any phase -> IDLE: the turn ended (``reason`` is the completion's finish reason)."""
+        generated = seq.phase is Phase.GENERATING
+        reply, seq.reply = seq.reply, None
+        if reply is not None:
+            reply.close(reason == "stop", generated, events)
+            if generated:
+                seq.completion.gen_ms = (time.perf_counter() - reply.t_start) * 1000.0
+        if (
+            generated
+            and reason in ("eog", "stop", "length")
+            and seq.seq_id is not None
+            and self._h.traits.needs_checkpoints
+        ):
+            self._snapshots.take_checkpoint(seq, None)  # after the reply: the next turn starts here
+        seq.checkpoint_at.clear()
+        seq.completion.finish_reason = reason
+        seq.completion.error = error
+        seq.finish()
+        self._h.table.touch(seq)
+        if error is not None:
+            events.append(SequenceFailed(seq.key, error))
+        events.append(Finished(seq.key, seq.completion))
+
+    # ------------------------------------------------------------ failed decodes and room
+
+    def _resync(self, spans: list[Span]) -> None:
+        """After a failed decode, make the bookkeeping match the cache again.
+
+        Aborted and fatal decodes keep the micro-batches that finished; a "no slot" decode
+        keeps nothing. ``seq_pos_max`` tells which, per sequence.
+        """
+        ctx = self._h.need_ctx()
+        for seq, chunk, _ in spans:
+            assert seq.seq_id is not None
+            held = ctx.seq_pos_max(seq.seq_id) + 1
+            base = len(seq.tokens)
+            if held < base:  # the cache lost cells we counted: process them again
+                seq.pending = seq.tokens[held:] + seq.pending
+                seq.set_held(held)
+                continue
+            done = min(len(chunk), held - base)
+            if done:
+                seq.tokens.extend(chunk[:done])
+                del seq.pending[:done]
+                if seq.phase is not Phase.GENERATING:
+                    seq.prompt_done += done
+            if done and not seq.pending and (seq.want_generation or seq.want_logits):
+                # Its logits were never read: decode the last token again (from a
+                # checkpoint where the cache cannot drop one token).
+                self._snapshots.queue_for_logits(seq)
+
+    def _make_pool_room(
+        self, spans: list[Span], prompt_cap: int | None, events: list[Event]
+    ) -> int | None:
+        """The cache had no free cells for the batch: evict, shrink the prompt part, or shift.
+
+        Returns the prompt-token cap for the next attempt.
+        """
+        if self._residency.evict_lru_idle(events):
+            return prompt_cap
+        prompt_tokens = sum(
+            len(chunk) for seq, chunk, _ in spans if seq.phase is not Phase.GENERATING
+        )
+        if prompt_tokens > 1:
+            return prompt_tokens // 2
+        largest = max((s for s, _, _ in spans), key=lambda s: len(s.tokens))
+        if self._h.table.policy(largest) == "shift" and self._shifter.shift(
+            largest, max(1, len(largest.tokens) // 2), events
+        ):
+            return prompt_cap
+        self.finish(largest, "context_full", events, _CONTEXT_FULL)
+        return prompt_cap
+
+    def _make_room(self, seq: Sequence, n_new: int, events: list[Event]) -> bool:
+        """Make sure ``n_new`` more tokens fit in this sequence's share of the context."""
+        limit = self._h.n_ctx_seq
+        if len(seq.tokens) + n_new <= limit:
+            return True
+        generating = seq.phase is Phase.GENERATING
+        if generating and self._h.table.policy(seq) == "shift":
+            if self._shifter.shift(seq, len(seq.tokens) + n_new - limit, events):
+                return True
+        self.finish(
+            seq,
+            "context_full",
+            events,
+            None
+            if generating
+            else "The prompt does not fit in the context; raise the context size.",
+        )
+        return False
