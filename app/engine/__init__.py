@@ -5,8 +5,9 @@ rooms behind it. ``../shared/DESIGN.md`` says why it is built on llama.cpp's C f
 rather than llama-cpp-python's ``Llama`` class.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from app.engine.chat_template import ChatTemplate, ChatTemplateError
-from app.engine.engine import Engine
 from app.engine.errors import (
     ContextError,
     ContextFullError,
@@ -25,9 +26,30 @@ from app.engine.events import (
     TokenText,
 )
 from app.engine.metadata import ModelInfo, fingerprint, read_model_info
-from app.engine.sequence import Phase, SequenceInfo
 from app.engine.settings import ContextSettings, ModelSettings, SamplingParams
 from app.engine.state_file import SequenceState
+
+if TYPE_CHECKING:
+    from app.engine.engine import Engine
+    from app.engine.sequence import Phase, SequenceInfo
+
+# These load llama.cpp (its shared libraries): reading metadata, settings or estimates (the
+# model manager, the hub's fit verdict, storage) does not need it, so they load on first use.
+_LAZY = {
+    "Engine": "app.engine.engine",
+    "Phase": "app.engine.sequence",
+    "SequenceInfo": "app.engine.sequence",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'app.engine' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "ChatTemplate",

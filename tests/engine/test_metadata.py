@@ -185,3 +185,17 @@ def test_unloadable_reasons_can_be_skipped(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="only a vocabulary"):
         read_model_info(path)
     assert read_model_info(path, check_loadable=False).n_params == 0
+
+
+def test_reading_metadata_does_not_load_llama_cpp() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, app.engine.metadata, app.engine.settings, app.engine.memory_estimate;"
+        "assert 'llama_cpp' not in sys.modules, 'llama_cpp was loaded';"
+        "from app.engine import Engine;"
+        "assert 'llama_cpp' in sys.modules"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
