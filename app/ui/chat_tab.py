@@ -1,8 +1,9 @@
 """One chat tab: a conversation bound to one engine sequence.
 
-The tab keeps the branch it shows (storage messages), streams the reply into the last
-message widget (rendered by the window's flush timer, never per token), saves the reply
-while it streams and finishes it with the figures. A reasoning model's reply comes in two
+The tab keeps the branch it shows (storage messages), subscribes to its conversation's
+session events (``worker.stream(cid)``), streams the reply into the last message widget
+(rendered by the window's flush timer, never per token) and finishes it with the figures;
+the session saves the reply while it streams. A reasoning model's reply comes in two
 parts, its reasoning (``on_reasoning``) then its answer (``on_tokens``); both are shown,
 saved and finished apart. The "Thinking" and "Effort" choices of the conversation (shown
 only when the model's template uses them) are kept with its sampling settings and go to
@@ -29,19 +30,30 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine import SamplingParams
+from app.engine.reasoning import Channel
 from app.errors import LlamaDeskError
+from app.session import (
+    ChatMessage,
+    ContextFullPolicy,
+    FinishReason,
+    RestoreOutcome,
+    TurnResult,
+    policy_of,
+    reasoning_options,
+)
+from app.session import events as ev
+from app.session.types import DEFAULT_EFFORT, EFFORT_KEY, POLICY_KEY, THINKING_KEY
 from app.storage import Conversation, Database, Message
 from app.ui.chat_view import ChatView, MessageData
 from app.ui.composer import Composer, ConversationSettings
-from app.ui.worker import DEFAULT_EFFORT, EFFORT_KEY, THINKING_KEY
 
 if TYPE_CHECKING:
+    from app.session import Session
     from app.ui.worker import EngineWorker
 
-_SAVE_INTERVAL_S = 0.4
-# The tab's "When full" choice, kept with the conversation's settings (the engine's
-# SamplingParams ignores keys it does not know).
-POLICY_KEY = "context_full_policy"
+# The tab's "When full" choice is kept with the conversation's settings (POLICY_KEY: the
+# engine's SamplingParams ignores keys it does not know).
 _RESTORE_REASON_CHARS = 90
 
 
@@ -49,7 +61,8 @@ class TabHost(Protocol):
     """What a tab needs from the window."""
 
     db: Database
-    worker: EngineWorker
+    worker: EngineWorker  # this tab's event stream: worker.stream(conversation id)
+    session: Session  # commands
 
     def model_ready(self) -> bool: ...
 
@@ -62,14 +75,6 @@ class TabHost(Protocol):
     def conversation_changed(self, conversation_id: int) -> None: ...
 
     def tab_state_changed(self, tab: ChatTab) -> None: ...
-
-    def save_partial(
-        self,
-        message_id: int,
-        text: str,
-        reasoning: str | None = None,
-        reasoning_ms: float | None = None,
-    ) -> None: ...
 
     def context_policy(self) -> str: ...
 
@@ -123,6 +128,14 @@ def engine_messages(thread: list[Message]) -> list[dict[str, Any]]:
     return out
 
 
+def chat_messages(thread: list[Message]) -> list[ChatMessage]:
+    """:func:`engine_messages` as the session's typed messages."""
+    return [
+        ChatMessage(m["role"], m["content"], m.get("reasoning_content", ""))
+        for m in engine_messages(thread)
+    ]
+
+
 class ChatTab(QWidget):
     """See the module docstring."""
 
@@ -143,9 +156,6 @@ class ChatTab(QWidget):
         self._reasoning_parts: list[str] = []
         self._reasoning_ms: float | None = None  # measured here when the answer starts
         self._dirty = False
-        self._saved_len = 0
-        self._saved_reasoning_len = 0
-        self._last_save = 0.0
         self._oldest_unpainted: float | None = None
         self._error: str | None = None
         self._editing: int | None = None
@@ -156,7 +166,9 @@ class ChatTab(QWidget):
         self._gen_started = 0.0
         self.info: dict[str, Any] = {}
         self._turns_since_open = 0
-        self.last_completion: dict[str, Any] | None = None
+        self.last_completion: TurnResult | None = None
+        self._stream = host.worker.stream(self.cid)
+        self._stream.received.connect(self.on_event)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -399,7 +411,7 @@ class ChatTab(QWidget):
     @Slot()
     def stop(self) -> None:
         if self.generating:
-            self.host.worker.stop(self.cid)
+            self.host.session.stop(self.cid)
 
     @Slot()
     def _on_escape(self) -> None:
@@ -409,28 +421,27 @@ class ChatTab(QWidget):
         else:
             self.stop()
 
-    def tab_policy(self) -> str | None:
+    def tab_policy(self) -> ContextFullPolicy | None:
         """This tab's own context-full policy (None: it follows the default)."""
-        policy = self.conversation.sampling.get(POLICY_KEY)
-        return policy if policy in ("shift", "stop") else None
+        return policy_of(self.conversation.sampling)
 
     def effective_policy(self) -> str:
-        return self.tab_policy() or self.host.context_policy()
+        return str(self.tab_policy() or self.host.context_policy())
 
     def _init_policy(self) -> None:
+        # the window opens the conversation in the session with tab_policy()
         index = self.policy.findData(self.effective_policy())
         if index >= 0:
             self.policy.setCurrentIndex(index)
-        self.host.worker.set_policy(self.cid, self.tab_policy())
 
     @Slot(int)
     def _on_policy(self, index: int) -> None:
-        policy = str(self.policy.itemData(index))
-        if policy == self.tab_policy():
+        policy = ContextFullPolicy.parse(self.policy.itemData(index))
+        if policy is None or policy == self.tab_policy():
             return
-        self.settings.set_extra(POLICY_KEY, policy)
+        self.settings.set_extra(POLICY_KEY, policy.value)
         self.save_settings()
-        self.host.worker.set_policy(self.cid, policy)
+        self.host.session.set_policy(self.cid, policy)
 
     def thinking_enabled(self) -> bool:
         """This conversation's "Thinking" choice (default on, as llama.cpp's server)."""
@@ -438,7 +449,7 @@ class ChatTab(QWidget):
 
     def reasoning_effort(self) -> str:
         effort = self.conversation.sampling.get(EFFORT_KEY)
-        return effort if effort in ("low", "medium", "high") else DEFAULT_EFFORT
+        return effort if effort in ("low", "medium", "high") else DEFAULT_EFFORT.value
 
     def _init_reasoning(self) -> None:
         self.thinking.blockSignals(True)
@@ -500,7 +511,7 @@ class ChatTab(QWidget):
         except LlamaDeskError as exc:
             self.host.show_message(str(exc))
             return
-        history = engine_messages(self.branch[:-1])
+        history = chat_messages(self.branch[:-1])
         self._show_branch()
         last = self.view.last()
         if last is not None:
@@ -511,9 +522,6 @@ class ChatTab(QWidget):
         self._reasoning_parts = []
         self._reasoning_ms = None
         self._dirty = False
-        self._saved_len = 0
-        self._saved_reasoning_len = 0
-        self._last_save = time.monotonic()
         self._oldest_unpainted = None
         self._error = None
         self._gen_tokens = 0
@@ -522,8 +530,20 @@ class ChatTab(QWidget):
         self._set_generating(True)
         self._state = "queued"
         self._update_status()
-        self.host.worker.submit(
-            self.cid, history, self.conversation.system_prompt, self.conversation.sampling
+        sampling = self.conversation.sampling
+        try:
+            params = SamplingParams.from_dict(sampling)
+        except (LlamaDeskError, TypeError, ValueError) as exc:
+            self.on_failed(str(exc))
+            self.on_finished(TurnResult(finish_reason=FinishReason.ERROR, error=str(exc)))
+            return
+        self.host.session.submit(
+            self.cid,
+            history,
+            self.conversation.system_prompt,
+            params,
+            reasoning_options(sampling),
+            reply_id=reply.id,  # the session saves it as it streams
         )
 
     def _set_generating(self, generating: bool) -> None:
@@ -549,7 +569,49 @@ class ChatTab(QWidget):
             return None
         return (time.perf_counter() - self._gen_started) * 1000.0
 
-    # slots called by the window for this tab's worker signals
+    # this conversation's session events (on the GUI thread)
+
+    @Slot(object)
+    def on_event(self, event: object) -> None:
+        match event:
+            case ev.TextStreamed():
+                if event.channel is Channel.REASONING:
+                    self.on_reasoning(event.text, event.n_tokens, event.sampled_at)
+                else:
+                    self.on_tokens(event.text, event.n_tokens, event.sampled_at)
+            case ev.PromptProgressed():
+                self.on_progress(event.done, event.total)
+            case ev.TurnStarted():
+                self.on_started(event.n_to_process)
+            case ev.TurnFinished():
+                self.on_finished(event.result)
+            case ev.TurnFailed():
+                self.on_failed(event.message)
+            case ev.ContextShifted():
+                self.on_shifted(event.n_discarded)
+            case ev.SequenceStatus():
+                self.on_info(
+                    {
+                        "n_tokens": event.n_tokens,
+                        "n_ctx": event.n_ctx,
+                        "resident": event.resident,
+                        "busy": event.busy,
+                        "generating": event.generating,
+                    }
+                )
+            case ev.CacheRestored():
+                self.on_info(
+                    {
+                        "restored": event.outcome is RestoreOutcome.RESTORED,
+                        "restore_error": event.reason
+                        if event.outcome is RestoreOutcome.REREAD
+                        else None,
+                    }
+                )
+            case ev.CacheParked():
+                self.on_info({"saved": event.saved, "resident": False})
+            case ev.ConversationForked():
+                self.on_info({"forked": True})
 
     def on_started(self, n_to_process: int) -> None:
         if self._turns_since_open >= 1:  # what happened at restore is old news now
@@ -612,41 +674,41 @@ class ChatTab(QWidget):
             self.info["on_disk"] = False
         self._update_status()
 
-    def on_finished(self, completion: dict[str, Any]) -> None:
-        self.last_completion = completion
+    def on_finished(self, result: TurnResult) -> None:
+        self.last_completion = result
         self._turns_since_open += 1
         if self.reply_id is None:
             return
-        reason = completion.get("finish_reason", "")
-        error = completion.get("error") or self._error
-        text = completion.get("text") or self.reply_text()
-        reasoning = completion.get("reasoning") or self.reasoning_text()
-        reasoning_ms = completion.get("reasoning_ms")
-        if reasoning and not isinstance(reasoning_ms, int | float):
+        reason = result.finish_reason
+        error = result.error or self._error
+        text = result.text or self.reply_text()
+        reasoning = result.reasoning or self.reasoning_text()
+        reasoning_ms = result.reasoning_ms
+        if reasoning and reasoning_ms is None:
             reasoning_ms = self._thinking_ms()
-        if reason == "aborted":
+        if reason is FinishReason.ABORTED:
             status = "stopped"
-        elif reason == "error" or (error and reason != "context_full"):
+        elif reason is FinishReason.ERROR or (error and reason is not FinishReason.CONTEXT_FULL):
             status = "error"
         else:
             status = "complete"
         meta: dict[str, Any] = {
-            "finish_reason": reason,
-            "prompt_processed": int(completion.get("n_prompt_processed", 0)),
-            "prompt_ms": round(float(completion.get("prompt_ms", 0.0)), 1),
-            "gen_ms": round(float(completion.get("gen_ms", 0.0)), 1),
+            "finish_reason": reason.value,
+            "prompt_processed": result.n_prompt_processed,
+            "prompt_ms": round(result.prompt_ms, 1),
+            "gen_ms": round(result.gen_ms, 1),
         }
         if error:
             meta["error"] = error
         self._finish_reply(
             text,
             status,
-            token_count=int(completion.get("n_tokens", 0)) or None,
-            prompt_tokens=int(completion.get("n_prompt", 0)) or None,
-            tokens_per_second=float(completion.get("tokens_per_second", 0.0)) or None,
+            token_count=result.n_tokens or None,
+            prompt_tokens=result.n_prompt or None,
+            tokens_per_second=result.tokens_per_second or None,
             meta=meta,
-            reasoning=str(reasoning) or None,
-            reasoning_ms=float(reasoning_ms) if reasoning and reasoning_ms is not None else None,
+            reasoning=reasoning or None,
+            reasoning_ms=reasoning_ms if reasoning else None,
         )
 
     def _finish_reply(self, text: str, status: str, **figures: Any) -> None:
@@ -689,8 +751,7 @@ class ChatTab(QWidget):
             )
 
     def flush(self, visible: bool) -> float | None:
-        """Paint buffered text (when shown) and save it now and then; returns the
-        perf_counter time at which the oldest painted text was sampled, or None."""
+        """Paint buffered text (when shown); returns the perf_counter time at which the oldest painted text was sampled, or None."""
         painted: float | None = None
         if self.reply_id is None:
             return None
@@ -703,20 +764,6 @@ class ChatTab(QWidget):
                     widget.set_content(self.reply_text())
             self._dirty = False
             painted, self._oldest_unpainted = self._oldest_unpainted, None
-        now = time.monotonic()
-        if now - self._last_save >= _SAVE_INTERVAL_S:
-            self._last_save = now
-            text = self.reply_text()
-            reasoning = self.reasoning_text()
-            if len(text) != self._saved_len or len(reasoning) != self._saved_reasoning_len:
-                self._saved_len = len(text)
-                self._saved_reasoning_len = len(reasoning)
-                if reasoning:
-                    self.host.save_partial(
-                        self.reply_id, text, reasoning=reasoning, reasoning_ms=self._reasoning_ms
-                    )
-                else:
-                    self.host.save_partial(self.reply_id, text)
         if self._state == "generating" and self._gen_started:
             elapsed = time.perf_counter() - self._gen_started
             if elapsed > 0.2:

@@ -29,13 +29,14 @@ from PySide6.QtWidgets import (
 from app import paths
 from app.engine import ContextSettings, ModelInfo
 from app.errors import LlamaDeskError
+from app.session import ContextFullPolicy, LoadedModel, Session
+from app.session import events as ev
 from app.storage import AppSettings, Database, StateStore, Tab, load_settings, save_settings
-from app.ui.chat_tab import ChatTab, engine_messages
+from app.ui.chat_tab import ChatTab, chat_messages
 from app.ui.message_bar import MessageBar
-from app.ui.reply_saver import ReplySaver
 from app.ui.sidebar import Sidebar
 from app.ui.theme import THEME_LABELS, THEMES, apply_theme, current_theme
-from app.ui.worker import EngineWorker, WorkerThread
+from app.ui.worker import EngineWorker
 
 if TYPE_CHECKING:
     from app.ui.model_manager import ModelManager
@@ -141,10 +142,10 @@ class MainWindow(QMainWindow):
             if store is not None
             else StateStore(quota_bytes=self.app_settings.state_quota_bytes)
         )
-        self.reply_saver = ReplySaver(db)
-        self._worker_thread = WorkerThread(self.store)
-        self.worker: EngineWorker = self._worker_thread.worker
-        self.model: dict[str, Any] | None = None
+        # the session saves streaming replies on its thread (not when read-only)
+        self.worker = EngineWorker(self.store, None if read_only else db)
+        self.session: Session = self.worker.session
+        self.model: LoadedModel | None = None
         self._loading_path: str | None = None
         self._closing = False
         self._shut_down = False
@@ -238,7 +239,7 @@ class MainWindow(QMainWindow):
         self.cancel_load_button = QToolButton()
         self.cancel_load_button.setText("Cancel")
         self.cancel_load_button.setVisible(False)
-        self.cancel_load_button.clicked.connect(self.worker.cancel_load)
+        self.cancel_load_button.clicked.connect(self.session.cancel_load)
         bar.addWidget(self.model_label, 1)
         bar.addPermanentWidget(self.load_bar)
         bar.addPermanentWidget(self.cancel_load_button)
@@ -308,25 +309,34 @@ class MainWindow(QMainWindow):
             self.theme_actions[name] = action
 
     def _connect_worker(self) -> None:
-        w = self.worker
-        w.tokens.connect(self._on_tokens)
-        w.reasoning.connect(self._on_reasoning)
-        w.progress.connect(self._on_progress)
-        w.started.connect(self._on_started)
-        w.finished.connect(self._on_finished)
-        w.failed.connect(self._on_failed)
-        w.shifted.connect(self._on_shifted)
-        w.tabInfo.connect(self._on_tab_info)
-        w.stats.connect(self._on_stats)
-        w.modelLoaded.connect(self._on_model_loaded)
-        w.modelUnloaded.connect(self._on_model_unloaded)
-        w.loadProgress.connect(self._on_load_progress)
-        w.loadFailed.connect(self._on_load_failed)
-        w.reconfigured.connect(self._on_reconfigured)
-        w.reconfigureFailed.connect(self._on_reconfigure_failed)
-        w.busyMessage.connect(self._on_busy_message)
-        w.error.connect(self._on_worker_error)
-        w.shutdownDone.connect(self._on_shutdown_done)
+        # Session-wide events only: each tab subscribes to its own conversation's stream.
+        self.worker.sessionEvent.connect(self._on_session_event)
+
+    @Slot(object)
+    def _on_session_event(self, event: object) -> None:
+        match event:
+            case ev.MemoryStats():
+                self._on_stats(event)
+            case ev.ModelLoadProgress():
+                self._on_load_progress(event.fraction)
+            case ev.ModelLoaded():
+                if event.warning:
+                    self.show_message(event.warning)
+                self._on_model_loaded(event.model)
+            case ev.ModelUnloaded():
+                self._on_model_unloaded()
+            case ev.ModelLoadFailed():
+                self._on_load_failed(event.path, event.message)
+            case ev.Reconfigured():
+                self._on_reconfigured(event.model)
+            case ev.ReconfigureFailed():
+                self._on_reconfigure_failed(event.message)
+            case ev.BusyChanged():
+                self._on_busy_message(event.message)
+            case ev.SessionError():
+                self.show_message(event.message)
+            case ev.ShutdownComplete():
+                self._on_shutdown_done()
 
     # ================================================================ start
 
@@ -377,7 +387,7 @@ class MainWindow(QMainWindow):
         return self.model is not None
 
     def model_path(self) -> str | None:
-        return str(self.model["path"]) if self.model else None
+        return self.model.path if self.model is not None else None
 
     def show_message(self, text: str, error: bool = True) -> None:
         self.message_bar.show_message(text, error, timeout_ms=0 if error else 8000)
@@ -399,21 +409,11 @@ class MainWindow(QMainWindow):
             if not self._flush_timer.isActive():
                 self._flush_timer.start()
 
-    def save_partial(
-        self,
-        message_id: int,
-        text: str,
-        reasoning: str | None = None,
-        reasoning_ms: float | None = None,
-    ) -> None:
-        """Save a streaming reply's answer and reasoning so far (off the GUI thread)."""
-        if not self.read_only:
-            self.reply_saver.update(message_id, text, reasoning, reasoning_ms)
-
     def reasoning_support(self) -> tuple[bool, bool]:
         """Whether the loaded model's template uses (the thinking toggle, the effort)."""
-        info = self.model or {}
-        return bool(info.get("supports_thinking_toggle")), bool(info.get("supports_effort"))
+        if self.model is None:
+            return False, False
+        return self.model.supports_thinking_toggle, self.model.supports_effort
 
     def fork_from(self, tab: ChatTab, message_id: int) -> None:
         try:
@@ -422,13 +422,16 @@ class MainWindow(QMainWindow):
         except LlamaDeskError as exc:
             self.show_message(str(exc))
             return
-        new = self._add_tab(conversation.id, None, open_in_worker=False)
+        new = self._add_tab(conversation.id, None, open_in_session=False)
         if new is None:
             return
-        if self.model_ready():
-            self.worker.fork(
-                tab.cid, conversation.id, engine_messages(thread), tab.conversation.system_prompt
-            )
+        self.session.fork(
+            tab.cid,
+            conversation.id,
+            chat_messages(thread),
+            tab.conversation.system_prompt,
+            new.tab_policy(),
+        )
         self.tab_widget.setCurrentWidget(new)
         self.sidebar.schedule_refresh()
         self._save_tabs_timer.start()
@@ -451,7 +454,7 @@ class MainWindow(QMainWindow):
         return w if isinstance(w, ChatTab) else None
 
     def _add_tab(
-        self, conversation_id: int, leaf_id: int | None, open_in_worker: bool = True
+        self, conversation_id: int, leaf_id: int | None, open_in_session: bool = True
     ) -> ChatTab | None:
         try:
             conversation = self.db.get_conversation(conversation_id)
@@ -463,8 +466,8 @@ class MainWindow(QMainWindow):
         self._tabs[conversation_id] = tab
         self.tab_widget.addTab(tab, "")
         self._update_tab_title(tab)
-        if open_in_worker and self.model_ready():
-            self.worker.open_tab(conversation_id)
+        if open_in_session:  # bound to a sequence now, or when a model is loaded
+            self.session.open(conversation_id, tab.tab_policy())
         self._update_stack()
         return tab
 
@@ -523,10 +526,11 @@ class MainWindow(QMainWindow):
         if not isinstance(tab, ChatTab):
             return
         if tab.generating:
-            self.worker.stop(tab.cid)
+            self.session.stop(tab.cid)
             tab.finish_for_shutdown()
         tab.save_settings()
-        self.worker.close_tab(tab.cid, save=True)
+        self.session.close(tab.cid, save=True)
+        self.worker.release(tab.cid)
         self._tabs.pop(tab.cid, None)
         self.tab_widget.removeTab(index)
         empty = not tab.branch
@@ -611,9 +615,10 @@ class MainWindow(QMainWindow):
             tab.branch = tab.branch or []  # keep the conversation even if empty
             index = self.tab_widget.indexOf(tab)
             if tab.generating:
-                self.worker.stop(tab.cid)
+                self.session.stop(tab.cid)
                 tab.finish_for_shutdown()
-            self.worker.close_tab(tab.cid, save=True)
+            self.session.close(tab.cid, save=True)
+            self.worker.release(tab.cid)
             self._tabs.pop(conversation_id, None)
             self.tab_widget.removeTab(index)
             tab.deleteLater()
@@ -665,7 +670,7 @@ class MainWindow(QMainWindow):
             return
         for tab in self._tabs.values():
             if tab.generating:
-                self.worker.stop(tab.cid)
+                self.session.stop(tab.cid)
         self._loading_path = path
         self.load_bar.setValue(0)
         self.load_bar.setVisible(True)
@@ -673,15 +678,19 @@ class MainWindow(QMainWindow):
         self.model_label.setText(f"Loading {Path(path).name}…")
         if self._model_manager is not None:
             self._model_manager.set_loading(path, 0.0)
-        self.worker.load_model(path, dict(self.app_settings.context), self.context_policy())
+        self.session.load_model(
+            path,
+            ContextSettings.from_dict(dict(self.app_settings.context)),
+            ContextFullPolicy.parse(self.context_policy()) or ContextFullPolicy.SHIFT,
+        )
         self._update_stack()
 
     @Slot()
     def unload_model(self) -> None:
         for tab in self._tabs.values():
             if tab.generating:
-                self.worker.stop(tab.cid)
-        self.worker.unload_model()
+                self.session.stop(tab.cid)
+        self.session.unload_model()
 
     @Slot()
     def choose_model_file(self) -> None:
@@ -716,7 +725,7 @@ class MainWindow(QMainWindow):
             manager = ModelManager(self.db)
             manager.loadRequested.connect(self.load_model)
             manager.unloadRequested.connect(self.unload_model)
-            manager.cancelLoadRequested.connect(self.worker.cancel_load)
+            manager.cancelLoadRequested.connect(self.session.cancel_load)
             manager.set_loaded(self.model_path())
             if self._loading_path:
                 manager.set_loading(self._loading_path, self.load_bar.value() / 1000)
@@ -736,11 +745,11 @@ class MainWindow(QMainWindow):
 
     def current_context_settings(self) -> ContextSettings:
         if self.model is not None:
-            return ContextSettings.from_dict(self.model["settings"])
+            return self.model.settings
         return ContextSettings.from_dict(self.app_settings.context)
 
     def _model_info(self) -> ModelInfo | None:
-        return ModelInfo.from_dict(self.model) if self.model is not None else None
+        return self.model.info if self.model is not None else None
 
     def _presets(self) -> dict[str, dict[str, Any]]:
         path = self.model_path()
@@ -805,21 +814,19 @@ class MainWindow(QMainWindow):
             return
         if panel is not None:
             panel.set_applying(True, "Saving the tabs' caches and rebuilding the context…")
-        self.worker.reconfigure(settings.to_dict())
+        self.session.reconfigure(settings)
 
-    @Slot(dict)
-    def _on_reconfigured(self, info: dict[str, Any]) -> None:
-        self.model = info
-        self.app_settings.context = dict(info["settings"])
+    def _on_reconfigured(self, model: LoadedModel) -> None:
+        self.model = model
+        self.app_settings.context = model.settings.to_dict()
         self._save_settings()
         self._update_model_labels()
         panel = self._settings_panel
         if panel is not None:
             panel.set_applying(False, "Applied.")
-            panel.set_settings(ContextSettings.from_dict(info["settings"]))
+            panel.set_settings(model.settings)
         self.statusBar().showMessage("Context settings applied; every tab was kept.", 5000)
 
-    @Slot(str)
     def _on_reconfigure_failed(self, message: str) -> None:
         panel = self._settings_panel
         if panel is not None:
@@ -861,74 +868,21 @@ class MainWindow(QMainWindow):
         except LlamaDeskError as exc:
             self.show_message(str(exc))
 
-    # ================================================================ worker signals
+    # ================================================================ session events
 
-    @Slot(int, str, int, float)
-    def _on_tokens(self, tab_id: int, text: str, n: int, sampled_at: float) -> None:
-        tab = self._tabs.get(tab_id)
-        if tab is not None:
-            tab.on_tokens(text, n, sampled_at)
-
-    @Slot(int, str, int, float)
-    def _on_reasoning(self, tab_id: int, text: str, n: int, sampled_at: float) -> None:
-        tab = self._tabs.get(tab_id)
-        if tab is not None:
-            tab.on_reasoning(text, n, sampled_at)
-
-    @Slot(int, int, int)
-    def _on_progress(self, tab_id: int, done: int, total: int) -> None:
-        tab = self._tabs.get(tab_id)
-        if tab is not None:
-            tab.on_progress(done, total)
-
-    @Slot(int, int)
-    def _on_started(self, tab_id: int, n: int) -> None:
-        tab = self._tabs.get(tab_id)
-        if tab is not None:
-            tab.on_started(n)
-
-    @Slot(int, dict)
-    def _on_finished(self, tab_id: int, completion: dict[str, Any]) -> None:
-        tab = self._tabs.get(tab_id)
-        if tab is not None:
-            tab.on_finished(completion)
-        if not any(t.generating for t in self._tabs.values()):
-            self._flush_timer.stop()
-
-    @Slot(int, str)
-    def _on_failed(self, tab_id: int, message: str) -> None:
-        tab = self._tabs.get(tab_id)
-        if tab is not None:
-            tab.on_failed(message)
-        else:
-            self.show_message(message)
-
-    @Slot(int, int)
-    def _on_shifted(self, tab_id: int, n: int) -> None:
-        tab = self._tabs.get(tab_id)
-        if tab is not None:
-            tab.on_shifted(n)
-
-    @Slot(int, dict)
-    def _on_tab_info(self, tab_id: int, info: dict[str, Any]) -> None:
-        tab = self._tabs.get(tab_id)
-        if tab is not None:
-            tab.on_info(info)
-
-    @Slot(dict)
-    def _on_stats(self, stats: dict[str, Any]) -> None:
-        self.total_tok_s = float(stats.get("tok_s", 0.0))
-        busy = int(stats.get("busy", 0))
+    def _on_stats(self, stats: ev.MemoryStats) -> None:
+        self.total_tok_s = stats.tok_s
+        busy = stats.busy
         self.speed_label.setText(
             f"{self.total_tok_s:.1f} tok/s · {busy} generating" if busy else "idle"
         )
-        if self.model is not None and "kv_bytes" in stats:
-            held = int(stats.get("kv_tokens_held", 0))
-            n_ctx = int(stats.get("n_ctx", 0))
+        if self.model is not None and stats.loaded:
+            held = stats.kv_tokens_held
+            n_ctx = stats.n_ctx
             cells = f"{held:,} / {n_ctx:,} tokens held" if n_ctx else f"{held:,} tokens held"
             self.memory_label.setText(
-                f"Model {format_bytes(float(stats.get('model_bytes', 0)))} · "
-                f"KV cache {format_bytes(float(stats['kv_bytes']))} ({cells})"
+                f"Model {format_bytes(float(stats.model_bytes))} · "
+                f"KV cache {format_bytes(float(stats.kv_bytes))} ({cells})"
             )
             self.memory_label.setToolTip(
                 "Memory used by the model's weights and by the context's KV cache, and how "
@@ -943,14 +897,15 @@ class MainWindow(QMainWindow):
             painted = tab.flush(tab is current)
             if painted is not None and hook is not None:
                 hook(painted)
+        if not any(t.generating for t in self._tabs.values()):
+            self._flush_timer.stop()
 
-    @Slot(dict)
-    def _on_model_loaded(self, info: dict[str, Any]) -> None:
-        self.model = info
+    def _on_model_loaded(self, model: LoadedModel) -> None:
+        self.model = model
         self._loading_path = None
         self.load_bar.setVisible(False)
         self.cancel_load_button.setVisible(False)
-        path = str(info["path"])
+        path = model.path
         self.app_settings.last_model_path = path
         self._save_settings()
         if not self.read_only:
@@ -960,8 +915,7 @@ class MainWindow(QMainWindow):
                 pass
         self._update_model_labels()
         support = self.reasoning_support()
-        for tab in self.tabs():
-            self.worker.open_tab(tab.cid)
+        for tab in self.tabs():  # the session bound every open conversation again
             tab.view.set_placeholder("Say hello: type a message below and press Enter.")
             tab.set_reasoning_support(*support)
         if self._model_manager is not None:
@@ -974,23 +928,22 @@ class MainWindow(QMainWindow):
         self._update_stack()
 
     def _update_model_labels(self) -> None:
-        info = self.model
-        if info is None:
+        model = self.model
+        if model is None:
             self.model_label.setText("No model loaded")
             self.memory_label.setText("")
             return
-        settings = info.get("settings", {})
-        n_ctx = int(info.get("n_ctx") or settings.get("n_ctx") or 0)
+        info = model.info
+        n_ctx = model.n_ctx or model.settings.n_ctx
         self.model_label.setText(
-            f"{info.get('display_name')} · {info.get('params_label')} · {info.get('file_type')} · "
-            f"context {n_ctx:,} × {settings.get('n_seq_max')} tabs resident"
+            f"{info.display_name} · {info.params_label} · {info.file_type} · "
+            f"context {n_ctx:,} × {model.settings.n_seq_max} tabs resident"
         )
         self.memory_label.setText(
-            f"Model {format_bytes(float(info.get('model_bytes', 0)))} · "
-            f"KV cache {format_bytes(float(info.get('kv_bytes', 0)))}"
+            f"Model {format_bytes(float(model.model_bytes))} · "
+            f"KV cache {format_bytes(float(model.kv_bytes))}"
         )
 
-    @Slot()
     def _on_model_unloaded(self) -> None:
         self.model = None
         for tab in self._tabs.values():
@@ -1003,13 +956,11 @@ class MainWindow(QMainWindow):
             self._model_manager.set_loaded(None)
         self._update_stack()
 
-    @Slot(float)
     def _on_load_progress(self, fraction: float) -> None:
         self.load_bar.setValue(int(fraction * 1000))
         if self._model_manager is not None and self._loading_path:
             self._model_manager.set_loading(self._loading_path, fraction)
 
-    @Slot(str, str)
     def _on_load_failed(self, path: str, message: str) -> None:
         self._loading_path = None
         self.load_bar.setVisible(False)
@@ -1021,16 +972,11 @@ class MainWindow(QMainWindow):
             self._model_manager.show_error(path, message)
         self._update_stack()
 
-    @Slot(str)
     def _on_busy_message(self, message: str) -> None:
         if message:
             self.statusBar().showMessage(message)
         else:
             self.statusBar().clearMessage()
-
-    @Slot(str)
-    def _on_worker_error(self, message: str) -> None:
-        self.show_message(message)
 
     # ================================================================ shutdown
 
@@ -1046,8 +992,8 @@ class MainWindow(QMainWindow):
             return
         self._closing = True
         self._flush_timer.stop()
-        self.worker.cancel_load()  # a model still loading is given up, not waited for
-        self.worker.stop(None)
+        self.session.cancel_load()  # a model still loading is given up, not waited for
+        self.session.stop(None)
         for tab in self.tabs():
             tab.save_settings()
             tab.finish_for_shutdown()
@@ -1069,8 +1015,7 @@ class MainWindow(QMainWindow):
         self._flush_timer.stop()
         self._save_tabs_timer.stop()
         self.sidebar.stop_refreshing()
-        self.reply_saver.close(0.5)
-        if not self._worker_thread.stop(500):
+        if not self.worker.join(0.5):
             log.warning("the engine thread did not stop in time")
         if self._settings_panel is not None:
             self._settings_panel.close()

@@ -1,9 +1,10 @@
 """The model library: GGUF files from the user's folders and added files, with metadata.
 
 Listing is instant (from the database's cache); scanning folders and reading GGUF headers
-runs on a :class:`QThreadPool` thread with its own :class:`~app.storage.Database`
-connection (SQLite connections belong to one thread), and the results come back by
-queued signals. Storage caches each file's metadata by size and mtime, so a rescan of an
+runs on a background :class:`~app.session.jobs.JobThread` (the UI's one style of
+background work, as the session's engine thread: a Python thread whose callbacks emit
+signals queued to the GUI) with its own :class:`~app.storage.Database` connection (SQLite
+connections belong to one thread). Storage caches each file's metadata by size and mtime, so a rescan of an
 unchanged library reads no headers.
 
 The manager never loads a model: it emits :attr:`ModelManager.loadRequested` with the
@@ -25,9 +26,7 @@ from PySide6.QtCore import (
     QEvent,
     QModelIndex,
     QObject,
-    QRunnable,
     Qt,
-    QThreadPool,
     Signal,
     Slot,
 )
@@ -50,6 +49,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.metadata import ModelInfo, read_model_info
+from app.session.jobs import JobThread
 from app.storage import Database, ModelEntry, ScanResult, StorageError
 from app.ui.settings_panel import format_bytes
 from app.ui.theme import colors
@@ -124,23 +124,21 @@ class _Outcome:
 
 
 class _ScanBridge(QObject):
-    """Lives on the GUI thread; the pool thread emits through it (queued to the GUI)."""
+    """Lives on the GUI thread; the job thread emits through it (queued to the GUI)."""
 
     progress = Signal(str)
     finished = Signal(object)  # _Outcome
 
 
-class _ScanJob(QRunnable):
+class _ScanJob:
     """Adds chosen files, then scans every folder, on its own database connection."""
 
     def __init__(self, db_path: Path, files: Sequence[str], bridge: _ScanBridge) -> None:
-        super().__init__()
-        self.setAutoDelete(True)
         self._db_path = db_path
         self._files = list(files)
         self._bridge = bridge
 
-    def run(self) -> None:
+    def __call__(self) -> None:
         outcome = _Outcome()
         try:
             db = Database.open(self._db_path)
@@ -199,8 +197,7 @@ class ModelManager(QWidget):
         self._pending_files: list[str] = []
         self._file_dialog: QFileDialog | None = None
         self._folder_dialog: QFileDialog | None = None
-        self._pool = QThreadPool(self)
-        self._pool.setMaxThreadCount(1)  # scans run one after another
+        self._jobs = JobThread("model-scan")  # scans run one after another
         self._bridge = _ScanBridge(self)
         self._bridge.progress.connect(self._on_scan_progress)
         self._bridge.finished.connect(self._on_scan_finished)
@@ -409,7 +406,7 @@ class ModelManager(QWidget):
 
     def wait_for_scan(self, msecs: int = 10_000) -> bool:
         """Block until the background scan thread is idle (for shutdown); True if it is."""
-        return bool(self._pool.waitForDone(msecs))
+        return self._jobs.wait_idle(msecs / 1000.0)
 
     # -- background jobs -----------------------------------------------------------------
 
@@ -426,7 +423,7 @@ class ModelManager(QWidget):
         self._scan_label.setText("Scanning…")
         self._scan_label.show()
         self._update_empty_text()
-        self._pool.start(_ScanJob(self._db.path, files, self._bridge))
+        self._jobs.submit(_ScanJob(self._db.path, files, self._bridge))
 
     @Slot(str)
     def _on_scan_progress(self, path: str) -> None:

@@ -16,6 +16,9 @@ import pytest
 from PySide6.QtCore import QLoggingCategory, QObject, Slot
 
 from app import paths
+from app.engine.reasoning import Channel
+from app.session import ConversationSnapshot, TurnResult
+from app.session import events as ev
 from app.storage import Database
 from tests.support.gguf_models import TinySpec, write_tiny_model
 
@@ -72,30 +75,32 @@ def write_settings(model: Path | None, **extra: Any) -> None:
 
 
 class Recorder(QObject):
-    """Collects worker signals on the GUI thread (a QObject slot, not a lambda)."""
+    """Collects every conversation's session events on the GUI thread (a QObject slot)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.tokens: list[tuple[int, str]] = []
+        self.reasoning: list[tuple[int, str]] = []
         self.progress: list[tuple[int, int, int]] = []
-        self.finished: list[tuple[int, dict[str, Any]]] = []
+        self.finished: list[tuple[int, TurnResult]] = []
 
-    @Slot(int, str, int, float)
-    def on_tokens(self, tab: int, text: str, _n: int, _t: float) -> None:
-        self.tokens.append((tab, text))
-
-    @Slot(int, int, int)
-    def on_progress(self, tab: int, done: int, total: int) -> None:
-        self.progress.append((tab, done, total))
-
-    @Slot(int, dict)
-    def on_finished(self, tab: int, completion: dict[str, Any]) -> None:
-        self.finished.append((tab, completion))
+    @Slot(object)
+    def on_event(self, event: object) -> None:
+        if isinstance(event, ev.TextStreamed):
+            pieces = self.reasoning if event.channel is Channel.REASONING else self.tokens
+            pieces.append((event.conversation_id, event.text))
+        elif isinstance(event, ev.PromptProgressed):
+            self.progress.append((event.conversation_id, event.done, event.total))
+        elif isinstance(event, ev.TurnFinished):
+            self.finished.append((event.conversation_id, event.result))
 
     def texts(self, tab: int) -> str:
         return "".join(t for k, t in self.tokens if k == tab)
 
-    def completions(self, tab: int) -> list[dict[str, Any]]:
+    def reasoning_text(self, tab: int) -> str:
+        return "".join(t for k, t in self.reasoning if k == tab)
+
+    def completions(self, tab: int) -> list[TurnResult]:
         return [c for k, c in self.finished if k == tab]
 
 
@@ -122,9 +127,7 @@ def make_window(qtbot: Any, tiny_model: Path) -> Iterator[Callable[..., Any]]:
         db = Database.open()
         window = MainWindow(db)
         recorder = Recorder()
-        window.worker.tokens.connect(recorder.on_tokens)
-        window.worker.progress.connect(recorder.on_progress)
-        window.worker.finished.connect(recorder.on_finished)
+        window.worker.conversationEvent.connect(recorder.on_event)
         opened.append((window, db))
         window.show()
         window.start()
@@ -152,15 +155,21 @@ def send(qtbot: Any, tab: Any, text: str) -> None:
     qtbot.keyClick(tab.composer, Qt.Key.Key_Return)
 
 
-def wait_idle(qtbot: Any, tab: Any, timeout: int = 20000) -> dict[str, Any]:
+def wait_idle(qtbot: Any, tab: Any, timeout: int = 20000) -> TurnResult:
     qtbot.waitUntil(lambda: not tab.generating, timeout=timeout)
-    assert tab.last_completion is not None
-    return dict(tab.last_completion)
+    result = tab.last_completion
+    assert isinstance(result, TurnResult)
+    return result
 
 
-def engine_call(qtbot: Any, window: Any, func: Callable[[Any], Any]) -> Any:
-    """Run ``func(engine)`` on the worker thread and return its result."""
-    box: list[Any] = []
-    window.worker.call(func, box.append)
-    qtbot.waitUntil(lambda: bool(box), timeout=10000)
-    return box[0]
+def inspect(qtbot: Any, window: Any, tab: Any) -> ConversationSnapshot:
+    """What the session holds for the tab's conversation (asked through its public API)."""
+    future = window.session.inspect(tab.cid)
+    qtbot.waitUntil(future.done, timeout=10000)
+    snapshot = future.result()
+    assert isinstance(snapshot, ConversationSnapshot)
+    return snapshot
+
+
+def held_tokens(qtbot: Any, window: Any, tab: Any) -> list[int]:
+    return list(inspect(qtbot, window, tab).tokens)

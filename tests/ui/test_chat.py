@@ -8,12 +8,14 @@ from typing import Any
 
 from PySide6.QtCore import Qt
 
+from app.session import ContextFullPolicy, TurnResult
 from app.storage import Database
 from tests.ui.conftest import (
     ENDLESS_GRAMMAR,
     WORDS_GRAMMAR,
     close_window,
-    engine_call,
+    held_tokens,
+    inspect,
     send,
     wait_idle,
 )
@@ -35,26 +37,22 @@ def words(tab: Any, max_tokens: int) -> None:
     set_sampling(tab, grammar=WORDS_GRAMMAR, max_tokens=max_tokens, temperature=0.8, seed=7)
 
 
-def assert_reused(c: dict[str, Any], earlier: dict[str, Any]) -> None:
+def assert_reused(c: TurnResult, earlier: TurnResult) -> None:
     """The turn processed only the new message: the earlier turn's prompt and the
     reply's sampled tokens came from the cache (the engine keeps the sampled tokens).
     Needs a readable earlier reply (``words``): the tiny model's unconstrained output is
     invalid UTF-8, which the template cannot render back to the same tokens."""
-    assert c["n_prompt"] - c["n_prompt_processed"] >= earlier["n_prompt"] + earlier["n_tokens"] - 1
-    assert c["n_prompt_processed"] < c["n_prompt"] - earlier["n_prompt"]
+    assert c.n_prompt - c.n_prompt_processed >= earlier.n_prompt + earlier.n_tokens - 1
+    assert c.n_prompt_processed < c.n_prompt - earlier.n_prompt
 
 
-def assert_prompt_reused(c: dict[str, Any], earlier: dict[str, Any]) -> None:
+def assert_prompt_reused(c: TurnResult, earlier: TurnResult) -> None:
     """Weaker: at least the earlier turn's prompt came from the cache. The tiny model's
     SentencePiece vocabulary puts a space before every text run, so a sampled reply split
     differently from the tokenizer cannot be kept (the engine keeps it only when it spells
     exactly the rendered text); tests/engine covers full reuse on the demo model's BPE."""
-    assert c["n_prompt"] - c["n_prompt_processed"] >= earlier["n_prompt"] - 1
-    assert c["n_prompt_processed"] < c["n_prompt"]
-
-
-def engine_key(window: Any, tab: Any) -> int:
-    return int(window.worker._keys[tab.cid])
+    assert c.n_prompt - c.n_prompt_processed >= earlier.n_prompt - 1
+    assert c.n_prompt_processed < c.n_prompt
 
 
 def test_send_and_stream(qtbot: Any, make_window: Any) -> None:
@@ -69,12 +67,12 @@ def test_send_and_stream(qtbot: Any, make_window: Any) -> None:
     assert thread[0].content == "hello world" and thread[1].status == "partial"
     assert tab.generating and tab.stop_button.isVisible()
     completion = wait_idle(qtbot, tab)
-    assert completion["finish_reason"] in ("eog", "length")
-    assert completion["n_tokens"] > 0
-    assert rec.texts(tab.cid) == completion["text"]  # streamed pieces add up to the reply
+    assert completion.finish_reason in ("eog", "length")
+    assert completion.n_tokens > 0
+    assert rec.texts(tab.cid) == completion.text  # streamed pieces add up to the reply
     reply = window.db.get_thread(tab.cid)[-1]
-    assert reply.status == "complete" and reply.content == completion["text"]
-    assert reply.token_count == completion["n_tokens"] and reply.tokens_per_second
+    assert reply.status == "complete" and reply.content == completion.text
+    assert reply.token_count == completion.n_tokens and reply.tokens_per_second
     widget = tab.view.last()
     assert widget is not None and widget.data.id == reply.id
     assert "tokens" in widget.figures.text()
@@ -104,15 +102,15 @@ def test_stop_mid_reply(qtbot: Any, make_window: Any) -> None:
     qtbot.waitUntil(lambda: len(rec.texts(tab.cid)) > 0, timeout=10000)
     qtbot.mouseClick(tab.stop_button, Qt.MouseButton.LeftButton)
     completion = wait_idle(qtbot, tab, 10000)
-    assert completion["finish_reason"] == "aborted"
-    assert 0 < completion["n_tokens"] < 4000
+    assert completion.finish_reason == "aborted"
+    assert 0 < completion.n_tokens < 4000
     reply = window.db.get_thread(tab.cid)[-1]
-    assert reply.status == "stopped" and reply.content == completion["text"] != ""
+    assert reply.status == "stopped" and reply.content == completion.text != ""
     assert "stopped" in tab.view.last().figures.text()
     # the tab works again afterwards
     set_sampling(tab, grammar=None, max_tokens=8)
     send(qtbot, tab, "again")
-    assert wait_idle(qtbot, tab)["finish_reason"] in ("eog", "length")
+    assert wait_idle(qtbot, tab).finish_reason in ("eog", "length")
 
 
 def test_stop_mid_prompt_with_escape(qtbot: Any, make_window: Any, slow_model: Path) -> None:
@@ -127,8 +125,8 @@ def test_stop_mid_prompt_with_escape(qtbot: Any, make_window: Any, slow_model: P
     tab.composer.setFocus()
     qtbot.keyClick(tab.composer, Qt.Key.Key_Escape)
     completion = wait_idle(qtbot, tab, 10000)
-    assert completion["finish_reason"] == "aborted"
-    assert completion["n_tokens"] == 0
+    assert completion.finish_reason == "aborted"
+    assert completion.n_tokens == 0
     done = [d for k, d, _ in rec.progress if k == tab.cid]
     total = next(t for k, _, t in rec.progress if k == tab.cid)
     assert max(done) < total  # it really stopped half-way
@@ -160,16 +158,16 @@ def test_two_tabs_generate_while_switching(qtbot: Any, make_window: Any) -> None
     )
     c1 = wait_idle(qtbot, first, 30000)
     c2 = wait_idle(qtbot, second, 30000)
-    assert c1["n_tokens"] == 600 and c2["n_tokens"] == 600
+    assert c1.n_tokens == 600 and c2.n_tokens == 600
     # the hidden tab's text was painted when it was shown
     window.tab_widget.setCurrentWidget(second)
-    assert second.view.last().data.content == c2["text"]
+    assert second.view.last().data.content == c2.text
     # switching never re-processed anything: each prompt was processed once, and each
     # sequence still holds its whole conversation
     for tab, c in ((first, c1), (second, c2)):
-        assert c["n_prompt_processed"] == c["n_prompt"]
-        held = engine_call(qtbot, window, lambda e, t=tab: e.tokens(engine_key(window, t)))
-        assert len(held) >= c["n_prompt"] + c["n_tokens"] - 1
+        assert c.n_prompt_processed == c.n_prompt
+        held = held_tokens(qtbot, window, tab)
+        assert len(held) >= c.n_prompt + c.n_tokens - 1
 
 
 def test_more_tabs_than_resident_slots_evict_to_disk(qtbot: Any, make_window: Any) -> None:
@@ -201,20 +199,20 @@ def test_fork_shares_the_cache(qtbot: Any, make_window: Any) -> None:
     wait_idle(qtbot, tab)
     first_reply = tab.branch[1]
     assert first_reply.role == "assistant"
-    held = len(engine_call(qtbot, window, lambda e: e.tokens(engine_key(window, tab))))
+    held = len(held_tokens(qtbot, window, tab))
     widget = tab.view.widget_for(first_reply.id)
     qtbot.mouseClick(widget.fork_button, Qt.MouseButton.LeftButton)
     fork = window.current_tab()
     assert fork is not tab and fork.cid != tab.cid
     assert [m.content for m in fork.branch] == [m.content for m in tab.branch[:2]]
-    qtbot.waitUntil(lambda: fork.cid in window.worker._keys, timeout=5000)
-    fork_tokens = engine_call(qtbot, window, lambda e: e.tokens(engine_key(window, fork)))
-    src_tokens = engine_call(qtbot, window, lambda e: e.tokens(engine_key(window, tab)))
+    qtbot.waitUntil(lambda: fork.info.get("forked") is True, timeout=5000)
+    fork_tokens = held_tokens(qtbot, window, fork)
+    src_tokens = held_tokens(qtbot, window, tab)
     assert 0 < len(fork_tokens) < held
     assert fork_tokens == src_tokens[: len(fork_tokens)]  # a copy of the prefix, no re-processing
     send(qtbot, fork, "a different second question")
     c = wait_idle(qtbot, fork)
-    assert c["n_prompt_processed"] < c["n_prompt"] - len(fork_tokens) + 40
+    assert c.n_prompt_processed < c.n_prompt - len(fork_tokens) + 40
     assert len(window.db.get_thread(tab.cid)) == 4  # the source is untouched
 
 
@@ -228,7 +226,7 @@ def test_edit_and_regenerate(qtbot: Any, make_window: Any) -> None:
     # regenerate: a sibling reply, reusing the cached prompt
     qtbot.mouseClick(tab.view.widget_for(reply.id).regen_button, Qt.MouseButton.LeftButton)
     c = wait_idle(qtbot, tab)
-    assert c["n_prompt_processed"] <= 2
+    assert c.n_prompt_processed <= 2
     new_reply = tab.branch[-1]
     assert new_reply.id != reply.id and new_reply.parent_id == reply.parent_id
     assert window.db.sibling_position(new_reply.id) == (2, 2)
@@ -260,35 +258,29 @@ def test_settings_rebuild_keeps_tabs(qtbot: Any, make_window: Any) -> None:
         send(qtbot, tab, f"conversation {text}")
         firsts.append(wait_idle(qtbot, tab))
         tabs.append(tab)
-    before = {
-        t.cid: engine_call(qtbot, window, lambda e, t=t: e.tokens(engine_key(window, t)))
-        for t in tabs
-    }
+    before = {t.cid: held_tokens(qtbot, window, t) for t in tabs}
     window.open_settings()
     panel = window.settings_panel()
     assert panel is not None and panel.isVisible()
     new = ContextSettings.from_dict(
-        {**window.model["settings"], "n_ctx": 1536}
+        {**window.model.settings.to_dict(), "n_ctx": 1536}
     )  # within the tiny model's 2,048
     panel.applyRequested.emit(new)
-    qtbot.waitUntil(lambda: window.model["settings"]["n_ctx"] == 1536, timeout=15000)
-    assert window.model["settings"]["n_ctx"] == 1536
+    qtbot.waitUntil(lambda: window.model.settings.n_ctx == 1536, timeout=15000)
+    assert window.model.settings.n_ctx == 1536
     assert window.app_settings.context["n_ctx"] == 1536
-    after = {
-        t.cid: engine_call(qtbot, window, lambda e, t=t: e.tokens(engine_key(window, t)))
-        for t in tabs
-    }
+    after = {t.cid: held_tokens(qtbot, window, t) for t in tabs}
     assert after == before  # every tab kept its cache through the rebuild
     qtbot.waitUntil(lambda: "/ 1,536 tokens" in tabs[0].meter_label.text(), timeout=5000)
     send(qtbot, tabs[0], "still here?")
     assert_reused(wait_idle(qtbot, tabs[0]), firsts[0])
     # a change of layout (KV type) re-processes instead, silently
-    new2 = ContextSettings.from_dict({**window.model["settings"], "type_k": "f32"})
+    new2 = ContextSettings.from_dict({**window.model.settings.to_dict(), "type_k": "f32"})
     window.settings_panel().applyRequested.emit(new2)
-    qtbot.waitUntil(lambda: window.model["settings"]["type_k"] == "f32", timeout=15000)
+    qtbot.waitUntil(lambda: window.model.settings.type_k == "f32", timeout=15000)
     send(qtbot, tabs[1], "and now?")
     c2 = wait_idle(qtbot, tabs[1])
-    assert c2["finish_reason"] in ("eog", "length") and window.message_bar.text() == ""
+    assert c2.finish_reason in ("eog", "length") and window.message_bar.text() == ""
 
 
 def test_close_during_generation_and_reopen(qtbot: Any, make_window: Any, tiny_model: Path) -> None:
@@ -322,7 +314,7 @@ def test_close_during_generation_and_reopen(qtbot: Any, make_window: Any, tiny_m
     reopened = window2.tab_for(quiet.cid)
     qtbot.waitUntil(lambda: reopened.info.get("restored") is True, timeout=5000)
     assert "restored" in reopened.state_text()
-    assert [m.content for m in reopened.branch] == [first["text"]] or reopened.branch
+    assert [m.content for m in reopened.branch] == [first.text] or reopened.branch
     send(qtbot, reopened, "what did I say?")
     c = wait_idle(qtbot, reopened)
     # answered without re-processing the conversation's prompt
@@ -350,32 +342,26 @@ def test_when_full_policy_is_per_tab(qtbot: Any, make_window: Any) -> None:
     assert first.policy.currentData() == second.policy.currentData() == "shift"
 
     def policies() -> dict[int, Any]:
-        return engine_call(
-            qtbot,
-            window,
-            lambda e: {t.cid: e._seqs[engine_key(window, t)].policy for t in (first, second)},
-        )
+        return {t.cid: inspect(qtbot, window, t).policy for t in (first, second)}
 
-    qtbot.waitUntil(lambda: all(t.cid in window.worker._keys for t in (first, second)))
-    assert policies() == {first.cid: None, second.cid: None}  # the engine's default
+    qtbot.waitUntil(lambda: all(inspect(qtbot, window, t).n_ctx > 0 for t in (first, second)))
+    assert policies() == {first.cid: None, second.cid: None}  # the default
     first.policy.setCurrentIndex(first.policy.findData("stop"))
     first.policy.activated.emit(first.policy.currentIndex())
-    assert policies() == {first.cid: "stop", second.cid: None}
+    assert policies() == {first.cid: ContextFullPolicy.STOP, second.cid: None}
     assert second.policy.currentData() == "shift"
     assert window.app_settings.context_full_policy == "shift"  # still the default for new tabs
-    engine_default = engine_call(qtbot, window, lambda e: e.context_full_policy)
-    assert engine_default == "shift"
+    assert inspect(qtbot, window, first).default_policy is ContextFullPolicy.SHIFT
     # kept with the conversation: a reopened tab gets its policy back
     assert window.db.get_conversation(first.cid).sampling["context_full_policy"] == "stop"
     send(qtbot, first, "hello")  # the sampling dict with the policy is accepted
-    assert wait_idle(qtbot, first)["finish_reason"] in ("eog", "length")
+    assert wait_idle(qtbot, first).finish_reason in ("eog", "length")
     close_window(qtbot, window)
     window2, _ = make_window(write=False)
     reopened = window2.tab_for(first.cid)
     assert reopened.policy.currentData() == "stop"
-    qtbot.waitUntil(lambda: first.cid in window2.worker._keys)
-    policy = engine_call(qtbot, window2, lambda e: e._seqs[window2.worker._keys[first.cid]].policy)
-    assert policy == "stop"
+    qtbot.waitUntil(lambda: inspect(qtbot, window2, reopened).n_ctx > 0)
+    assert inspect(qtbot, window2, reopened).policy is ContextFullPolicy.STOP
 
 
 def test_refused_cache_is_information(qtbot: Any, make_window: Any) -> None:
@@ -394,7 +380,7 @@ def test_refused_cache_is_information(qtbot: Any, make_window: Any) -> None:
     assert window2.message_bar.text() == ""  # not an error
     send(qtbot, reopened, "still there?")
     c = wait_idle(qtbot, reopened)
-    assert c["finish_reason"] in ("eog", "length") and c["n_prompt_processed"] == c["n_prompt"]
+    assert c.finish_reason in ("eog", "length") and c.n_prompt_processed == c.n_prompt
     assert "re-processed" in reopened.state_label.text()  # says what just happened
     send(qtbot, reopened, "and now?")
     wait_idle(qtbot, reopened)

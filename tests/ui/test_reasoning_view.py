@@ -2,7 +2,7 @@
 
 The real path runs a tiny generated model with Qwen3's chat template and a grammar that
 makes it write ``<think>…</think>`` before its answer; the engine splits the reply. The
-streaming states ("Thinking…" then collapsed) are driven with the worker's signals.
+streaming states ("Thinking…" then collapsed) are driven with the session's events.
 """
 
 from __future__ import annotations
@@ -12,18 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtCore import QObject, Qt, Slot
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLabel
 
-from app.engine import Completion, Finished, TokenText
 from app.engine.chat_template import ReasoningEffort, ReasoningOptions
 from app.engine.reasoning import Channel
+from app.session import ConversationId, FinishReason, TurnId, TurnResult, reasoning_options
+from app.session import events as ev
 from app.ui.chat_tab import engine_messages
 from app.ui.chat_view import MessageWidget, ReasoningBlock, thought_title
-from app.ui.worker import EngineWorker, reasoning_options
 from tests.support.gguf_models import TinySpec, write_tiny_model
-from tests.ui.conftest import send, wait_idle
+from tests.ui.conftest import inspect, send, wait_idle
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "chat-templates"
 THOUGHT = "hmm <b>html</b> yes"
@@ -58,17 +58,8 @@ def shown(block: ReasoningBlock) -> str:
     return "".join(label.text() for label in labels)
 
 
-class ReasoningRecorder(QObject):
-    def __init__(self) -> None:
-        super().__init__()
-        self.pieces: list[tuple[int, str]] = []
-
-    @Slot(int, str, int, float)
-    def on_reasoning(self, tab: int, text: str, _n: int, _t: float) -> None:
-        self.pieces.append((tab, text))
-
-    def text(self, tab: int) -> str:
-        return "".join(t for k, t in self.pieces if k == tab)
+def streamed(cid: int, text: str, n: int, channel: Channel) -> ev.TextStreamed:
+    return ev.TextStreamed(ConversationId(cid), TurnId(1), text, channel, n, time.perf_counter())
 
 
 def test_thought_title() -> None:
@@ -87,58 +78,23 @@ def test_reasoning_options_from_the_conversation_settings() -> None:
     assert reasoning_options({"reasoning_effort": "bogus"}).effort is ReasoningEffort.MEDIUM
 
 
-def test_worker_relays_each_channel_in_order(qtbot: Any) -> None:
-    worker = EngineWorker(None)
-    got: list[tuple[str, str, int]] = []
-    worker.reasoning.connect(lambda tab, text, n, _t: got.append(("reasoning", text, n)))
-    worker.tokens.connect(lambda tab, text, n, _t: got.append(("answer", text, n)))
-    finished: list[dict[str, Any]] = []
-    worker.finished.connect(lambda tab, c: finished.append(c))
-
-    class FakeEngine:
-        def __init__(self, events: list[Any]) -> None:
-            self.events = events
-
-        def step(self) -> list[Any]:
-            events, self.events = self.events, []
-            return events
-
-        def is_busy(self, key: int) -> bool:
-            return False
-
-    worker._tabs[7] = 3
-    worker._keys[3] = 7
-    completion = Completion(text="B", tokens=[1, 2, 3], reasoning="a1a2", reasoning_ms=1500.0)
-    engine = FakeEngine(
-        [
-            TokenText(7, "a1", 1, Channel.REASONING),
-            TokenText(7, "a2", 2, Channel.REASONING),
-            TokenText(7, "B", 2, Channel.ANSWER),  # the same token ended the thinking
-            Finished(7, completion),
-        ]
-    )
-    worker._step(engine)  # type: ignore[arg-type]
-    assert got == [("reasoning", "a1a2", 2), ("answer", "B", 0)]
-    assert finished[0]["reasoning"] == "a1a2" and finished[0]["reasoning_ms"] == 1500.0
-    assert finished[0]["text"] == "B"
-
-
 def test_streamed_reasoning_then_answer(qtbot: Any, make_window: Any, monkeypatch: Any) -> None:
     window, _ = make_window()
     tab = window.new_tab()
-    submitted: list[tuple[Any, ...]] = []
+    submitted: list[dict[str, Any]] = []
 
-    def fake_submit(*args: Any) -> int:
-        submitted.append(args)
+    def fake_submit(*args: Any, **kwargs: Any) -> int:
+        submitted.append(kwargs)
         return 1
 
-    monkeypatch.setattr(window.worker, "submit", fake_submit)
+    monkeypatch.setattr(window.session, "submit", fake_submit)
     send(qtbot, tab, "think about it")
     assert tab.generating and submitted
+    assert submitted[0]["reply_id"] == tab.reply_id  # the session saves it as it streams
     cid = tab.cid
-    window._on_started(cid, 5)
-    window._on_reasoning(cid, "Let me think: ", 3, time.perf_counter())
-    window._on_reasoning(cid, "<b>html</b> stays text", 3, time.perf_counter())
+    tab.on_event(ev.TurnStarted(ConversationId(cid), TurnId(1), 5))
+    tab.on_event(streamed(cid, "Let me think: ", 3, Channel.REASONING))
+    tab.on_event(streamed(cid, "<b>html</b> stays text", 3, Channel.REASONING))
     tab.flush(True)
     widget = tab.view.last()
     block = block_of(widget)
@@ -146,39 +102,26 @@ def test_streamed_reasoning_then_answer(qtbot: Any, make_window: Any, monkeypatc
     assert shown(block) == "Let me think: <b>html</b> stays text"
     assert widget is not None and not widget.content.isVisible()  # no "…" under it
 
-    # saved while it streams, both parts apart
-    tab._last_save = 0.0
-    tab.flush(True)
-    assert window.reply_saver.flush()
-    partial = window.db.get_thread(cid)[-1]
-    assert partial.status == "partial" and partial.content == ""
-    assert partial.reasoning == "Let me think: <b>html</b> stays text"
+    assert window.db.get_thread(cid)[-1].status == "partial"
 
-    window._on_tokens(cid, "The answer", 2, time.perf_counter())
+    tab.on_event(streamed(cid, "The answer", 2, Channel.ANSWER))
     tab.flush(True)
     assert block.title().startswith("Thought for") and not block.expanded
     assert widget.data.content == "The answer"
-    tab._last_save = 0.0
-    tab.flush(True)
-    assert window.reply_saver.flush()
-    partial = window.db.get_thread(cid)[-1]
-    assert partial.content == "The answer" and partial.reasoning_ms is not None
 
     # a click opens it again
     qtbot.mouseClick(block.toggle, Qt.MouseButton.LeftButton)
     assert block.expanded and block.body.isVisibleTo(block)
-    window._on_finished(
-        cid,
-        {
-            "text": "The answer",
-            "reasoning": "Let me think: <b>html</b> stays text",
-            "reasoning_ms": 12_400.0,
-            "finish_reason": "eog",
-            "n_tokens": 8,
-            "n_prompt": 5,
-            "n_prompt_processed": 5,
-        },
+    result = TurnResult(
+        text="The answer",
+        reasoning="Let me think: <b>html</b> stays text",
+        reasoning_ms=12_400.0,
+        finish_reason=FinishReason.EOG,
+        n_tokens=8,
+        n_prompt=5,
+        n_prompt_processed=5,
     )
+    tab.on_event(ev.TurnFinished(ConversationId(cid), TurnId(1), result))
     assert not tab.generating
     assert block.title() == "Thought for 12 s"
     reply = window.db.get_thread(cid)[-1]
@@ -202,11 +145,12 @@ def test_stopped_while_thinking_keeps_the_thoughts(
 ) -> None:
     window, _ = make_window()
     tab = window.new_tab()
-    monkeypatch.setattr(window.worker, "submit", lambda *a: 1)
+    monkeypatch.setattr(window.session, "submit", lambda *a, **k: 1)
     send(qtbot, tab, "think")
-    window._on_reasoning(tab.cid, "half a thought", 2, time.perf_counter())
+    tab.on_event(streamed(tab.cid, "half a thought", 2, Channel.REASONING))
     tab.flush(True)
-    window._on_finished(tab.cid, {"text": "", "reasoning": "", "finish_reason": "aborted"})
+    aborted = TurnResult(finish_reason=FinishReason.ABORTED)
+    tab.on_event(ev.TurnFinished(ConversationId(tab.cid), TurnId(1), aborted))
     reply = window.db.get_thread(tab.cid)[-1]
     assert reply.status == "stopped" and reply.content == ""
     assert reply.reasoning == "half a thought" and reply.reasoning_ms is not None
@@ -218,8 +162,6 @@ def test_stopped_while_thinking_keeps_the_thoughts(
 
 def test_real_reasoning_reply(qtbot: Any, make_window: Any, thinking_model: Path) -> None:
     window, rec = make_window(thinking_model)
-    thoughts = ReasoningRecorder()
-    window.worker.reasoning.connect(thoughts.on_reasoning)
     tab = window.new_tab()
     # Qwen3's template takes enable_thinking (no effort): only "Thinking" shows, checked
     assert not tab.thinking.isHidden() and tab.thinking.isChecked()
@@ -227,14 +169,14 @@ def test_real_reasoning_reply(qtbot: Any, make_window: Any, thinking_model: Path
     set_sampling(tab, grammar=THINK_GRAMMAR, max_tokens=200, temperature=0.0)
     send(qtbot, tab, "what do you think?")
     completion = wait_idle(qtbot, tab)
-    assert completion["finish_reason"] == "eog", completion
-    assert completion["text"] == ANSWER and completion["reasoning"] == THOUGHT
-    assert completion["reasoning_ms"] is not None
+    assert completion.finish_reason == "eog", completion
+    assert completion.text == ANSWER and completion.reasoning == THOUGHT
+    assert completion.reasoning_ms is not None
     assert rec.texts(tab.cid) == ANSWER  # the answer signal carries the answer only
-    assert thoughts.text(tab.cid) == THOUGHT
+    assert rec.reasoning_text(tab.cid) == THOUGHT
     reply = window.db.get_thread(tab.cid)[-1]
     assert reply.content == ANSWER and reply.reasoning == THOUGHT
-    assert reply.reasoning_ms == pytest.approx(completion["reasoning_ms"])
+    assert reply.reasoning_ms == pytest.approx(completion.reasoning_ms)
     widget = tab.view.last()
     block = block_of(widget)
     assert block.title().startswith("Thought for") and not block.expanded
@@ -263,11 +205,8 @@ def test_real_reasoning_reply(qtbot: Any, make_window: Any, thinking_model: Path
     set_sampling(reopened, grammar=f'root ::= "{ANSWER}"', max_tokens=20)
     send(qtbot, reopened, "and now?")
     wait_idle(qtbot, reopened)
-    key = window.worker._keys[cid]
-    seen: list[Any] = []
-    window.worker.call(lambda e: e._seq(key).reasoning, seen.append)
-    qtbot.waitUntil(lambda: bool(seen), timeout=10000)
-    assert seen[0] == ReasoningOptions(enable_thinking=False, effort=ReasoningEffort.MEDIUM)
+    seen = inspect(qtbot, window, reopened).reasoning
+    assert seen == ReasoningOptions(enable_thinking=False, effort=ReasoningEffort.MEDIUM)
 
 
 def test_no_reasoning_no_block(qtbot: Any, make_window: Any) -> None:

@@ -82,7 +82,7 @@ def test_broken_model_file_in_the_model_manager(
     qtbot.waitUntil(lambda: window.model_path() == str(good), timeout=10000)
     tab = window.new_tab()
     send(qtbot, tab, "hello")
-    assert wait_idle(qtbot, tab)["finish_reason"] in ("eog", "length")
+    assert wait_idle(qtbot, tab).finish_reason in ("eog", "length")
 
 
 def test_sidebar_search_rename_pin_delete_undo(qtbot: Any, make_window: Any) -> None:

@@ -1,0 +1,131 @@
+"""What a :class:`~app.session.Session` is asked to do: frozen dataclasses on its queue.
+
+The ``Session`` methods build and enqueue these; a client may also ``Session.post`` one.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from app.engine import ContextSettings, SamplingParams
+from app.engine.chat_template import ReasoningOptions
+from app.session.types import (
+    ChatMessage,
+    ContextFullPolicy,
+    ConversationId,
+    ConversationSnapshot,
+    TurnId,
+)
+
+
+@dataclass(frozen=True)
+class LoadModel:
+    path: str
+    settings: ContextSettings
+    default_policy: ContextFullPolicy = ContextFullPolicy.SHIFT
+
+
+@dataclass(frozen=True)
+class UnloadModel:
+    pass
+
+
+@dataclass(frozen=True)
+class OpenConversation:
+    """Bind a conversation to a sequence, restoring its state file when one exists."""
+
+    conversation_id: ConversationId
+    policy: ContextFullPolicy | None = None
+
+
+@dataclass(frozen=True)
+class CloseConversation:
+    conversation_id: ConversationId
+    save: bool = True  # write its state file first
+
+
+@dataclass(frozen=True)
+class SubmitTurn:
+    """Generate the reply to ``messages``; the engine reuses what the cache holds, so an
+    edit (other messages) or a regenerate (the same ones) is a submit too."""
+
+    conversation_id: ConversationId
+    turn_id: TurnId
+    messages: tuple[ChatMessage, ...]
+    system: str = ""
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    reasoning: ReasoningOptions = field(default_factory=ReasoningOptions)
+    reply_id: int | None = None  # a storage message: saved as it streams (partial)
+
+
+@dataclass(frozen=True)
+class Regenerate:
+    """Run the conversation's last turn again (a new reply to the same messages)."""
+
+    conversation_id: ConversationId
+    turn_id: TurnId
+    sampling: SamplingParams | None = None  # None: the last turn's
+    reply_id: int | None = None
+
+
+@dataclass(frozen=True)
+class ForkConversation:
+    """Open ``target`` holding ``source``'s cache up to the end of ``messages``."""
+
+    source: ConversationId
+    target: ConversationId
+    messages: tuple[ChatMessage, ...]
+    system: str = ""
+    policy: ContextFullPolicy | None = None
+
+
+@dataclass(frozen=True)
+class SetPolicy:
+    conversation_id: ConversationId
+    policy: ContextFullPolicy | None  # None: follow the default
+
+
+@dataclass(frozen=True)
+class SetDefaultPolicy:
+    policy: ContextFullPolicy
+
+
+@dataclass(frozen=True)
+class Reconfigure:
+    """New context settings; a rebuild keeps every conversation."""
+
+    settings: ContextSettings
+
+
+@dataclass(frozen=True)
+class SaveAll:
+    """Write every open conversation's state file (they stay open)."""
+
+
+@dataclass(frozen=True)
+class Inspect:
+    conversation_id: ConversationId
+    reply: Future[ConversationSnapshot]
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+Command = (
+    LoadModel
+    | UnloadModel
+    | OpenConversation
+    | CloseConversation
+    | SubmitTurn
+    | Regenerate
+    | ForkConversation
+    | SetPolicy
+    | SetDefaultPolicy
+    | Reconfigure
+    | SaveAll
+    | Inspect
+    | Shutdown
+)

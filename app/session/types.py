@@ -1,0 +1,170 @@
+"""The session's vocabulary: ids, enums and the frozen records its events carry."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NewType
+
+from app.engine import Completion, ContextSettings, ModelInfo
+from app.engine.chat_template import ReasoningEffort, ReasoningOptions
+
+ConversationId = NewType("ConversationId", int)
+"""A conversation: the storage conversation id, or any opaque int a client chooses."""
+
+TurnId = NewType("TurnId", int)
+"""One submitted turn (unique within a session)."""
+
+
+class ContextFullPolicy(enum.StrEnum):
+    """What a full context does to a conversation."""
+
+    SHIFT = "shift"  # drop the oldest messages (keep the system prompt) and go on
+    STOP = "stop"  # end the reply
+
+    @classmethod
+    def parse(cls, value: object) -> ContextFullPolicy | None:
+        """The policy ``value`` names, or None (not a policy)."""
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(str(value))
+        except ValueError:
+            return None
+
+
+class FinishReason(enum.StrEnum):
+    EOG = "eog"  # the model ended its turn
+    LENGTH = "length"  # max_tokens
+    STOP = "stop"  # a stop string
+    ABORTED = "aborted"  # stopped by the user (or a close)
+    CONTEXT_FULL = "context_full"
+    ERROR = "error"
+
+    @classmethod
+    def parse(cls, value: str) -> FinishReason:
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.ERROR
+
+
+class RestoreOutcome(enum.StrEnum):
+    """How a conversation's cache came back when its sequence was opened."""
+
+    EMPTY = "empty"  # nothing saved: its text is processed with the next turn
+    RESTORED = "restored"  # from its state file
+    REREAD = "reread"  # the state file was refused: its text is re-read with the next turn
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One message of a turn's history."""
+
+    role: str
+    content: str
+    reasoning_content: str = ""  # an assistant message's reasoning (the template decides)
+
+    def to_engine(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.reasoning_content:
+            out["reasoning_content"] = self.reasoning_content
+        return out
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """The outcome of one turn (the engine's :class:`~app.engine.Completion`, frozen)."""
+
+    text: str = ""
+    finish_reason: FinishReason = FinishReason.ERROR
+    n_tokens: int = 0
+    n_prompt: int = 0
+    n_prompt_processed: int = 0
+    prompt_ms: float = 0.0
+    gen_ms: float = 0.0
+    error: str | None = None
+    reasoning: str = ""
+    reasoning_ms: float | None = None
+
+    @classmethod
+    def of(cls, completion: Completion) -> TurnResult:
+        return cls(
+            text=completion.text,
+            finish_reason=FinishReason.parse(completion.finish_reason),
+            n_tokens=len(completion.tokens),
+            n_prompt=completion.n_prompt,
+            n_prompt_processed=completion.n_prompt_processed,
+            prompt_ms=completion.prompt_ms,
+            gen_ms=completion.gen_ms,
+            error=completion.error,
+            reasoning=completion.reasoning or "",
+            reasoning_ms=completion.reasoning_ms,
+        )
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.n_tokens / (self.gen_ms / 1000.0) if self.gen_ms > 0 and self.n_tokens else 0.0
+
+    @property
+    def prompt_tokens_per_second(self) -> float:
+        n = self.n_prompt_processed
+        return n / (self.prompt_ms / 1000.0) if self.prompt_ms > 0 and n else 0.0
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What is loaded, and the context it got."""
+
+    info: ModelInfo
+    settings: ContextSettings
+    fingerprint: str
+    model_bytes: int
+    kv_bytes: int
+    n_ctx: int  # what the context got (the settings may ask for more)
+    n_ctx_seq: int
+    supports_thinking_toggle: bool  # the template uses enable_thinking
+    supports_effort: bool  # the template uses a reasoning effort
+
+    @property
+    def path(self) -> str:
+        return self.info.path
+
+
+@dataclass(frozen=True)
+class ConversationSnapshot:
+    """What the session holds for a conversation (diagnostics, tests, the API's /slots)."""
+
+    conversation_id: ConversationId
+    open: bool
+    tokens: tuple[int, ...] = ()
+    n_ctx: int = 0
+    resident: bool = False
+    busy: bool = False
+    policy: ContextFullPolicy | None = None  # its own choice (None: the default)
+    default_policy: ContextFullPolicy = ContextFullPolicy.SHIFT
+    reasoning: ReasoningOptions | None = None  # what its last turn asked for
+
+
+# -- a conversation's stored settings (the sampling JSON) --------------------------------
+
+POLICY_KEY = "context_full_policy"  # older conversations keep their policy in the sampling JSON
+THINKING_KEY = "enable_thinking"  # bool, default True (as llama.cpp's server)
+EFFORT_KEY = "reasoning_effort"  # "low" | "medium" | "high", default "medium"
+DEFAULT_EFFORT = ReasoningEffort.MEDIUM
+
+
+def policy_of(sampling: Mapping[str, Any]) -> ContextFullPolicy | None:
+    """A stored conversation's own context-full policy (None: it follows the default)."""
+    return ContextFullPolicy.parse(sampling.get(POLICY_KEY))
+
+
+def reasoning_options(sampling: Mapping[str, Any]) -> ReasoningOptions:
+    """The reasoning choices a conversation's sampling dict holds (defaults: on, medium)."""
+    enable = sampling.get(THINKING_KEY, True)
+    try:
+        effort = ReasoningEffort(str(sampling.get(EFFORT_KEY) or DEFAULT_EFFORT))
+    except ValueError:
+        effort = DEFAULT_EFFORT
+    return ReasoningOptions(enable_thinking=enable is not False, effort=effort)
