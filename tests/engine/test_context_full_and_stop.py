@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import ContextFullError, ContextShifted, Engine, SamplingParams
+from app.engine import ContextFullError, ContextShifted, Engine, Event, SamplingParams
 from tests.support.settings import small_settings
 
 
@@ -163,7 +163,7 @@ def test_full_cache_pool_evicts_idle_sequences(tiny_model: Path) -> None:
             idle.append(key)
         busy = engine.open_sequence()
         engine.set_tokens(busy, [1] + [310] * 100)
-        events = []
+        events: list[Event] = []
         completion = engine.complete(
             busy, SamplingParams(temperature=0.0, max_tokens=60), on_event=events.append
         )

@@ -40,7 +40,12 @@ def test_fingerprint_tells_same_shape_models_apart(tiny_model: Path, tiny_model_
 
 def test_progress_callback_and_cancel(tiny_model: Path) -> None:
     seen: list[float] = []
-    with Engine.open(tiny_model, progress=lambda f: seen.append(f) is None) as _:
+
+    def progress(fraction: float) -> bool:
+        seen.append(fraction)
+        return True
+
+    with Engine.open(tiny_model, progress=progress) as _:
         pass
     assert seen and seen[-1] == pytest.approx(1.0)
     with pytest.raises(ModelLoadError, match="cancelled"):

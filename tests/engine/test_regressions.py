@@ -30,7 +30,7 @@ def test_abort_in_a_later_micro_batch_does_not_hang(tiny_model: Path) -> None:
         pre_seq = engine._seqs[pre]
 
         class AbortInSecondMicroBatch(Context):
-            @property  # type: ignore[override]
+            @property
             def abort_requested(self) -> bool:
                 return pre_seq.seq_id is not None and self.seq_pos_max(pre_seq.seq_id) >= 16
 
@@ -151,14 +151,15 @@ def test_crafted_whole_context_states_leave_the_engine_intact(engine: Engine) ->
     engine.prefill(key)
     engine.run_until_done(key)
     state = SequenceState.from_bytes(engine.save_context_state())
-    for sequences in (
+    broken: list[dict[str, dict[str, object]]] = [
         {"1": {}},
         {"1": {"seq_id": 7, "tokens": [1, 300, 301], "pending": [], "n_keep": 0}},
         {
             "1": {"seq_id": 0, "tokens": [1, 300, 301], "pending": [], "n_keep": 0},
             "2": {"seq_id": 0, "tokens": [1], "pending": [5], "n_keep": 0},
         },
-    ):
+    ]
+    for sequences in broken:
         state.extra = {"sequences": sequences}
         with pytest.raises(StateError):
             engine.restore_context_state(state.to_bytes())

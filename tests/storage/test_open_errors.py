@@ -143,7 +143,8 @@ def _as_unprivileged(check: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         chunks.append(chunk)
     os.close(read_fd)
     os.waitpid(pid, 0)
-    return json.loads(b"".join(chunks))  # type: ignore[no-any-return]
+    result: dict[str, Any] = json.loads(b"".join(chunks))
+    return result
 
 
 @pytest.mark.parametrize("folder_writable", [True, False])

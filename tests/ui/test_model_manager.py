@@ -14,7 +14,14 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QStackedWidget, QTableWidget
+from PySide6.QtWidgets import (
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QStackedWidget,
+    QTableWidget,
+    QTableWidgetItem,
+)
 from pytestqt.qtbot import QtBot
 
 import app.ui.model_manager as model_manager
@@ -73,14 +80,20 @@ def table(manager: ModelManager) -> QTableWidget:
     return widget
 
 
+def item(t: QTableWidget, row: int, col: int) -> QTableWidgetItem:
+    cell = t.item(row, col)
+    assert cell is not None, f"no cell at {row}, {col}"
+    return cell
+
+
 def rows(manager: ModelManager) -> dict[str, list[str]]:
     """File name -> the row's cell texts."""
     t = table(manager)
     out: dict[str, list[str]] = {}
     for row in range(t.rowCount()):
-        path = t.item(row, 0).data(Qt.ItemDataRole.UserRole)
+        path = item(t, row, 0).data(Qt.ItemDataRole.UserRole)
         out[Path(path).name] = [
-            (t.item(row, col).text() if t.item(row, col) else "") for col in range(t.columnCount())
+            (cell.text() if (cell := t.item(row, col)) else "") for col in range(t.columnCount())
         ]
     return out
 
@@ -88,14 +101,14 @@ def rows(manager: ModelManager) -> dict[str, list[str]]:
 def row_of(manager: ModelManager, name: str) -> int:
     t = table(manager)
     for row in range(t.rowCount()):
-        if Path(t.item(row, 0).data(Qt.ItemDataRole.UserRole)).name == name:
+        if Path(item(t, row, 0).data(Qt.ItemDataRole.UserRole)).name == name:
             return row
     raise AssertionError(f"{name} is not listed")
 
 
 def double_click(qtbot: QtBot, manager: ModelManager, row: int) -> None:
     t = table(manager)
-    rect = t.visualItemRect(t.item(row, 2))
+    rect = t.visualItemRect(item(t, row, 2))
     qtbot.mouseClick(t.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     qtbot.mouseDClick(t.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
 
@@ -131,7 +144,10 @@ def test_folder_lists_good_and_broken_files(
     manager = make_manager(qtbot, db)
     listed = rows(manager)
     assert set(listed) == {"alpha.gguf", "beta.gguf", "broken.gguf"}
-    header = [table(manager).horizontalHeaderItem(c).text() for c in range(len(COLUMNS))]
+    header = [
+        h.text() if (h := table(manager).horizontalHeaderItem(c)) else ""
+        for c in range(len(COLUMNS))
+    ]
     assert header[:3] == ["Name", "Architecture", "Parameters"]
     alpha = listed["alpha.gguf"]
     assert alpha[0] == "Alpha Tiny" and alpha[1] == "llama"
