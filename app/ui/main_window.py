@@ -9,10 +9,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal, Slot
-from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
+from PySide6.QtGui import (
+    QAction,
+    QActionGroup,
+    QCloseEvent,
+    QDragEnterEvent,
+    QDropEvent,
+    QKeySequence,
+)
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QMainWindow,
@@ -21,6 +29,7 @@ from PySide6.QtWidgets import (
     QSplitter,
     QStackedWidget,
     QTabWidget,
+    QToolBar,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -33,12 +42,16 @@ from app.session import ContextFullPolicy, LoadedModel, Session
 from app.session import events as ev
 from app.storage import AppSettings, Database, StateStore, Tab, load_settings, save_settings
 from app.ui.chat_tab import ChatTab, chat_messages
+from app.ui.downloads_panel import Downloads
 from app.ui.message_bar import MessageBar
+from app.ui.model_picker import ModelPicker
 from app.ui.sidebar import Sidebar
 from app.ui.theme import THEME_LABELS, THEMES, apply_theme, current_theme
 from app.ui.worker import EngineWorker
 
 if TYPE_CHECKING:
+    from app.hub.catalog import CatalogModel
+    from app.ui.discover import DiscoverDialog
     from app.ui.model_manager import ModelManager
     from app.ui.settings_panel import SettingsPanel
 
@@ -100,6 +113,13 @@ class WelcomePage(QWidget):
         layout.addLayout(center)
         layout.addSpacing(12)
         layout.addLayout(row)
+        self.catalog = _CatalogList(window)
+        catalog_row = QHBoxLayout()
+        catalog_row.addStretch(1)
+        catalog_row.addWidget(self.catalog)
+        catalog_row.addStretch(1)
+        layout.addSpacing(12)
+        layout.addLayout(catalog_row)
         layout.addStretch(2)
 
     def update_for(self, model_ready: bool, loading: bool) -> None:
@@ -119,6 +139,70 @@ class WelcomePage(QWidget):
         self.models_button.setVisible(not model_ready)
         self.file_button.setVisible(not model_ready)
         self.new_button.setVisible(model_ready)
+        self.catalog.setVisible(not model_ready and not loading)
+
+
+class _CatalogList(QFrame):
+    """First start: the bundled demo model and a short curated list (resources/catalog.json),
+    each with a button; downloads go through the window's one queue (shown in Discover)."""
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.setObjectName("welcome-catalog")
+        self.setMaximumWidth(720)
+        layout = QVBoxLayout(self)
+        title = QLabel("<b>Get a model</b>")
+        layout.addWidget(title)
+        self.buttons: dict[str, QPushButton] = {}
+        demo = paths.demo_model_path()
+        demo_row = QHBoxLayout()
+        demo_label = QLabel(
+            "<b>LlamaDesk demo model</b> · bundled, tiny · "
+            "tries the app out at once (its replies are not meant to be useful)"
+        )
+        demo_label.setWordWrap(True)
+        demo_button = QPushButton("Load")
+        demo_button.setObjectName("welcome-demo")
+        demo_button.setEnabled(demo.is_file())
+        if not demo.is_file():
+            demo_button.setToolTip("The demo model is not part of this installation.")
+        demo_button.clicked.connect(lambda: window.load_model(str(paths.demo_model_path())))
+        demo_row.addWidget(demo_label, 1)
+        demo_row.addWidget(demo_button)
+        layout.addLayout(demo_row)
+        self.buttons["demo"] = demo_button
+        try:
+            from app.hub import catalog
+
+            models = catalog.load()
+        except Exception as exc:  # CatalogError or a missing optional package
+            log.info("no curated list: %s", exc)
+            models = []
+        for model in models:
+            row = QHBoxLayout()
+            size = f" · {format_bytes(float(model.size))}" if model.size else ""
+            label = QLabel(
+                f"<b>{_html(model.name)}</b> · {_html(model.params)} · {_html(model.quant)}"
+                f"{size}<br>{_html(model.good_at)}"
+            )
+            label.setWordWrap(True)
+            label.setToolTip(f"{model.repository}/{model.file}")
+            button = QPushButton("Download")
+            button.setObjectName("welcome-download")
+            button.setToolTip(f"Download {model.file} from {model.repository} into the library.")
+            button.clicked.connect(lambda _c=False, m=model: window.download_catalog(m))
+            row.addWidget(label, 1)
+            row.addWidget(button, 0, Qt.AlignmentFlag.AlignTop)
+            layout.addLayout(row)
+            self.buttons[model.name] = button
+        more = QPushButton("Discover more models…")
+        more.setObjectName("welcome-discover")
+        more.clicked.connect(window.show_discover)
+        layout.addWidget(more, 0, Qt.AlignmentFlag.AlignLeft)
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 class MainWindow(QMainWindow):
@@ -153,11 +237,15 @@ class MainWindow(QMainWindow):
         self._settings_panel: SettingsPanel | None = None
         self._model_manager: ModelManager | None = None
         self._file_dialog: QFileDialog | None = None
+        self._discover: DiscoverDialog | None = None
+        self.downloads = Downloads(self)
+        self.downloads.finished.connect(self._on_download_finished)
         self.total_tok_s = 0.0
         self.paint_hook: Any = None  # benchmark: called with the sampled time of painted text
 
         self.setWindowTitle("LlamaDesk")
         self.resize(1100, 720)
+        self.setAcceptDrops(True)  # a .gguf file dropped on the window joins the library
         if self.app_settings.theme != current_theme():
             apply_theme(self.app_settings.theme)
         self._build()
@@ -206,6 +294,7 @@ class MainWindow(QMainWindow):
         rlayout.setContentsMargins(0, 0, 0, 0)
         rlayout.setSpacing(0)
         rlayout.addWidget(self.message_bar)
+        rlayout.addWidget(self._build_no_model_banner())
         rlayout.addWidget(self.stack, 1)
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
@@ -246,8 +335,39 @@ class MainWindow(QMainWindow):
         bar.addPermanentWidget(self.memory_label)
         bar.addPermanentWidget(self.speed_label)
 
+        self.model_picker = ModelPicker(self.db)
+        self.model_picker.loadRequested.connect(self.load_model)
+        self.model_picker.unloadRequested.connect(self.unload_model)
+        self.model_picker.discoverRequested.connect(self.show_discover)
+        self.model_picker.managerRequested.connect(self.show_model_manager)
+        self.model_picker.fileRequested.connect(self.choose_model_file)
+        self.banner_button.setMenu(self.model_picker.menu())
+        toolbar = QToolBar("Model")
+        toolbar.setObjectName("model-toolbar")
+        toolbar.setMovable(False)
+        toolbar.addWidget(self.model_picker)
+        self.addToolBar(Qt.ToolBarArea.TopToolBarArea, toolbar)
+
         self._build_actions()
         self.welcome.update_for(False, False)
+
+    def _build_no_model_banner(self) -> QWidget:
+        """Shown over the chats while no model is loaded (Send is disabled then)."""
+        banner = QFrame()
+        banner.setObjectName("no-model-banner")
+        row = QHBoxLayout(banner)
+        row.setContentsMargins(8, 4, 8, 4)
+        label = QLabel("No model is loaded, so chats cannot be answered.")
+        self.banner_button = QToolButton()
+        self.banner_button.setObjectName("load-a-model")
+        self.banner_button.setText("Load a model ▾")
+        self.banner_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        row.addWidget(label)
+        row.addWidget(self.banner_button)
+        row.addStretch(1)
+        banner.setVisible(False)
+        self.no_model_banner = banner
+        return banner
 
     def _action(self, text: str, slot: Any, shortcut: Any = None, name: str = "") -> QAction:
         action = QAction(text, self)
@@ -277,6 +397,7 @@ class MainWindow(QMainWindow):
         models.addAction(
             self._action("Model manager", self.show_model_manager, "Ctrl+M", "model-manager")
         )
+        models.addAction(self._action("Discover…", self.show_discover, None, "discover"))
         models.addAction(self._action("Load a model file…", self.choose_model_file, None, "open"))
         models.addAction(self._action("Unload the model", self.unload_model, None, "unload"))
         settings = menu.addMenu("&Settings")
@@ -468,8 +589,18 @@ class MainWindow(QMainWindow):
         self._update_tab_title(tab)
         if open_in_session:  # bound to a sequence now, or when a model is loaded
             self.session.open(conversation_id, tab.tab_policy())
+        self._sync_send(tab)
         self._update_stack()
         return tab
+
+    def _sync_send(self, tab: ChatTab | None = None) -> None:
+        """Send is enabled only while a model is loaded."""
+        ready = self.model_ready()
+        for t in [tab] if tab is not None else self.tabs():
+            t.send_button.setEnabled(ready)
+            t.send_button.setToolTip(
+                "Send (Enter)" if ready else "Load a model first (the picker in the toolbar)."
+            )
 
     def _update_tab_title(self, tab: ChatTab) -> None:
         index = self.tab_widget.indexOf(tab)
@@ -570,6 +701,11 @@ class MainWindow(QMainWindow):
         has_tabs = self.tab_widget.count() > 0
         self.stack.setCurrentIndex(1 if has_tabs else 0)
         self.welcome.update_for(self.model_ready(), self._loading_path is not None)
+        self.no_model_banner.setVisible(
+            has_tabs and not self.model_ready() and self._loading_path is None
+        )
+        self._sync_send()
+        self._sync_picker()
 
     @Slot()
     def save_tabs(self) -> None:
@@ -692,9 +828,15 @@ class MainWindow(QMainWindow):
                 self.session.stop(tab.cid)
         self.session.unload_model()
 
+    def _sync_picker(self) -> None:
+        name = self.model.info.display_name if self.model is not None else None
+        self.model_picker.set_state(self.model_path(), self._loading_path, name)
+
     @Slot()
     def choose_model_file(self) -> None:
-        dialog = QFileDialog(self, "Choose a GGUF model file", str(Path.home()))
+        from app.ui.model_manager import start_folder
+
+        dialog = QFileDialog(self, "Choose a GGUF model file", str(start_folder()))
         dialog.setNameFilter("GGUF models (*.gguf);;All files (*)")
         dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
         dialog.fileSelected.connect(self._model_file_chosen)
@@ -706,7 +848,9 @@ class MainWindow(QMainWindow):
         if not path:
             return
         try:
-            from app.ui.model_manager import read_metadata
+            from app.ui.model_manager import read_metadata, remember_folder
+
+            remember_folder(Path(path).parent)
 
             self.db.add_model_file(path, read_metadata)
         except (ImportError, LlamaDeskError) as exc:
@@ -726,6 +870,7 @@ class MainWindow(QMainWindow):
             manager.loadRequested.connect(self.load_model)
             manager.unloadRequested.connect(self.unload_model)
             manager.cancelLoadRequested.connect(self.session.cancel_load)
+            manager.scanFinished.connect(self._sync_picker)
             manager.set_loaded(self.model_path())
             if self._loading_path:
                 manager.set_loading(self._loading_path, self.load_bar.value() / 1000)
@@ -740,6 +885,76 @@ class MainWindow(QMainWindow):
             return
         self.models_dock.show()
         self.models_dock.raise_()
+
+    def add_model_files(self, files: list[str]) -> None:
+        """Add GGUF files to the library (their headers are read in the background)."""
+        manager = self.model_manager()
+        if manager is None or self.read_only:
+            self.show_message("The model library cannot be changed (it is open read-only).")
+            return
+        manager.add_files(files)
+        self.statusBar().showMessage(
+            "Added to the library: " + ", ".join(Path(f).name for f in files), 5000
+        )
+
+    # ================================================================ Hub: discover, downloads
+
+    def discover(self) -> DiscoverDialog:
+        if self._discover is None:
+            from app.ui.discover import DiscoverDialog
+
+            self._discover = DiscoverDialog(self.downloads, self, self.current_context_settings)
+        return self._discover
+
+    @Slot()
+    def show_discover(self) -> None:
+        dialog = self.discover()
+        dialog.show()
+        dialog.raise_()
+        dialog.activateWindow()
+
+    def download_catalog(self, model: CatalogModel) -> None:
+        """A curated model's Download button: looked up on the Hub, then queued."""
+        dialog = self.discover()
+        dialog.download_catalog(model)
+        self.show_discover()
+
+    @Slot(str)
+    def _on_download_finished(self, path: str) -> None:
+        self.add_model_files([path])
+        self.message_bar.show_message(
+            f"Downloaded {Path(path).name}; it is in the model library.",
+            error=False,
+            action=("Load it", lambda: self.load_model(path)),
+            timeout_ms=15000,
+        )
+
+    # ================================================================ drag and drop
+
+    @staticmethod
+    def _dropped_models(event: QDragEnterEvent | QDropEvent) -> list[str]:
+        mime = event.mimeData()
+        if not mime.hasUrls():
+            return []
+        return [
+            url.toLocalFile()
+            for url in mime.urls()
+            if url.isLocalFile() and url.toLocalFile().lower().endswith(".gguf")
+        ]
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if self._dropped_models(event) and not self.read_only:
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        files = self._dropped_models(event)
+        if not files:
+            event.ignore()
+            return
+        event.acceptProposedAction()
+        self.add_model_files(files)
 
     # ================================================================ settings panel
 
@@ -1015,6 +1230,7 @@ class MainWindow(QMainWindow):
         self._flush_timer.stop()
         self._save_tabs_timer.stop()
         self.sidebar.stop_refreshing()
+        self.downloads.close(0.5)  # a running download is paused, its partial file kept
         if not self.worker.join(0.5):
             log.warning("the engine thread did not stop in time")
         if self._settings_panel is not None:

@@ -14,6 +14,7 @@ path, and the main window reports back with :meth:`ModelManager.set_loading`,
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -48,13 +49,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import paths
 from app.engine.metadata import ModelInfo, read_model_info
 from app.session.jobs import JobThread
 from app.storage import Database, ModelEntry, ScanResult, StorageError
 from app.ui.settings_panel import format_bytes
 from app.ui.theme import colors
 
-__all__ = ["COLUMNS", "ModelManager", "read_metadata"]
+__all__ = ["COLUMNS", "ModelManager", "read_metadata", "remember_folder", "start_folder"]
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +69,10 @@ COLUMNS = (
     "Trained context",
     "Chat template",
     "Last used",
+    "File",
     "Status",
 )
-_COL_NAME, _COL_STATUS = 0, len(COLUMNS) - 1
+_COL_NAME, _COL_FILE, _COL_STATUS = 0, len(COLUMNS) - 2, len(COLUMNS) - 1
 _PATH_ROLE = Qt.ItemDataRole.UserRole
 _BROKEN_ROLE = Qt.ItemDataRole.UserRole + 1
 
@@ -99,6 +102,45 @@ into one of the folders below and click <b>Rescan</b>, or click <b>Add file…</
 def read_metadata(path: Path) -> Mapping[str, Any]:
     """The library's metadata reader: a GGUF header as a dict (raises ModelLoadError)."""
     return read_model_info(path).to_dict()
+
+
+def _ui_state_file() -> Path:
+    return paths.data_dir() / "ui-state.json"
+
+
+def start_folder() -> Path:
+    """Where a "choose a GGUF file" dialog starts: the last folder used, else the folder
+    downloads land in (the library folder) when it holds models, else ~/Downloads, else ~."""
+    try:
+        data = json.loads(_ui_state_file().read_text(encoding="utf-8"))
+        last = data.get("last_model_folder") if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        last = None
+    if isinstance(last, str) and os.path.isdir(last):
+        return Path(last)
+    library = paths.data_dir() / "models"
+    if library.is_dir() and any(library.glob("*.gguf")):
+        return library
+    downloads = Path.home() / "Downloads"
+    return downloads if downloads.is_dir() else Path.home()
+
+
+def remember_folder(folder: str | Path) -> None:
+    """Remember the folder a model file was chosen from (for the next dialog)."""
+    target = _ui_state_file()
+    try:
+        data = json.loads(target.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            data = {}
+    except (OSError, ValueError):
+        data = {}
+    data["last_model_folder"] = str(folder)
+    try:
+        tmp = target.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, target)
+    except OSError as exc:
+        log.info("the last folder is not remembered: %s", exc)
 
 
 def _call_reader(path: Path) -> Mapping[str, Any]:
@@ -400,6 +442,15 @@ class ModelManager(QWidget):
         self._show_message(f"Could not load {Path(path).name}: {message}")
         self._refresh_status_column()
 
+    def add_files(self, files: Sequence[str]) -> None:
+        """Add GGUF files (dropped on the window, downloaded); headers are read in the
+        background and the table shows them when done."""
+        self._on_files_chosen([str(f) for f in files])
+
+    def listed_paths(self) -> list[str]:
+        """The files the table lists, in order."""
+        return [entry.path for entry in self._entries]
+
     def is_scanning(self) -> bool:
         """Whether a background scan is running or queued."""
         return self._scanning
@@ -524,9 +575,9 @@ class ModelManager(QWidget):
             cells[1].setData(_BROKEN_ROLE, True)
             for col, item in enumerate(cells):
                 self._table.setItem(row, col, item)
-            for col in range(2, _COL_STATUS):
+            for col in range(2, _COL_FILE):
                 self._table.setItem(row, col, QTableWidgetItem())
-            self._table.setSpan(row, 1, 1, _COL_STATUS - 1)
+            self._table.setSpan(row, 1, 1, _COL_FILE - 1)
         else:
             display = str(meta.get("name") or "") or Path(entry.path).stem
             name_item.setText(display)
@@ -548,6 +599,9 @@ class ModelManager(QWidget):
             for col, item in enumerate(values):
                 self._table.setItem(row, col, item)
         name_item.setToolTip(tip)
+        file_item = QTableWidgetItem(entry.name)  # two quantizations of one model differ here
+        file_item.setToolTip(entry.path)
+        self._table.setItem(row, _COL_FILE, file_item)
         self._table.setItem(row, _COL_STATUS, QTableWidgetItem())
 
     def _refresh_status_column(self) -> None:
@@ -699,9 +753,16 @@ class ModelManager(QWidget):
             dialog.setObjectName("addFileDialog")
             dialog.setFileMode(QFileDialog.FileMode.ExistingFiles)
             dialog.setNameFilters(["GGUF models (*.gguf)", "All files (*)"])
-            dialog.filesSelected.connect(self._on_files_chosen)
+            dialog.filesSelected.connect(self._on_files_chosen_in_dialog)
             self._file_dialog = dialog
+        self._file_dialog.setDirectory(str(start_folder()))
         self._file_dialog.open()
+
+    @Slot(list)
+    def _on_files_chosen_in_dialog(self, paths: list[str]) -> None:
+        if paths:
+            remember_folder(Path(paths[0]).parent)
+        self._on_files_chosen(paths)
 
     @Slot()
     def _on_add_folder(self) -> None:

@@ -403,3 +403,41 @@ def test_closing_during_a_scan_is_safe(
     qtbot.wait(50)
     # The scan went on with its own connection and cached what it read.
     qtbot.waitUntil(lambda: len(db.list_models()) == 3, timeout=SCAN_TIMEOUT_MS)
+
+
+def test_two_quantizations_of_one_model_are_told_apart_by_file_name(
+    qtbot: QtBot, db: Database, tmp_path: Path
+) -> None:
+    folder = tmp_path / "quants"
+    folder.mkdir()
+    for name in ("same-Q4_K_M.gguf", "same-Q8_0.gguf"):
+        write_tiny_model(folder / name, TinySpec(name="Same Model"))
+    db.add_folder(folder)
+    manager = make_manager(qtbot, db)
+    listed = rows(manager)
+    file_col = COLUMNS.index("File")
+    assert listed["same-Q4_K_M.gguf"][0] == listed["same-Q8_0.gguf"][0] == "Same Model"
+    assert listed["same-Q4_K_M.gguf"][file_col] == "same-Q4_K_M.gguf"
+    assert listed["same-Q8_0.gguf"][file_col] == "same-Q8_0.gguf"
+    manager.set_loaded(str(folder / "same-Q8_0.gguf"))
+    assert rows(manager)["same-Q8_0.gguf"][-1] == "● Loaded"
+    assert rows(manager)["same-Q4_K_M.gguf"][-1] == ""
+    assert sorted(Path(p).name for p in manager.listed_paths()) == [
+        "same-Q4_K_M.gguf",
+        "same-Q8_0.gguf",
+    ]
+
+
+def test_add_files_and_the_file_dialog_starts_in_the_last_folder(
+    qtbot: QtBot, db: Database, tmp_path: Path
+) -> None:
+    manager = make_manager(qtbot, db)
+    first = model_manager.start_folder()
+    assert first.is_dir()
+    folder = tmp_path / "picked"
+    folder.mkdir()
+    path = write_tiny_model(folder / "picked.gguf", TinySpec(name="Picked"))
+    model_manager.remember_folder(folder)
+    assert model_manager.start_folder() == folder
+    manager.add_files([str(path)])
+    qtbot.waitUntil(lambda: str(path) in manager.listed_paths(), timeout=SCAN_TIMEOUT_MS)
