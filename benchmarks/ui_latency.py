@@ -99,6 +99,7 @@ def main() -> int:
     )
     save_settings(settings)
 
+    from app.session.events import TextStreamed
     from app.ui.main_window import MainWindow
 
     db = Database.open()
@@ -193,12 +194,13 @@ def main() -> int:
             super().__init__()
             self.tokens = 0
 
-        @Slot(int, str, int, float)
-        def on_tokens(self, _tab: int, _text: str, n: int, _sampled_at: float) -> None:
-            self.tokens += n
+        @Slot(object)
+        def on_event(self, event: object) -> None:
+            if isinstance(event, TextStreamed):
+                self.tokens += event.n_tokens
 
     counter = Counter()
-    window.worker.tokens.connect(counter.on_tokens)
+    window.worker.conversationEvent.connect(counter.on_event)
     replies = [0]
 
     def keep_generating() -> None:

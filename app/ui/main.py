@@ -14,11 +14,12 @@ import sys
 import traceback
 from types import TracebackType
 
-from PySide6.QtCore import QSize, QTimer
+from PySide6.QtCore import QObject, QSize, QTimer, Signal
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app import paths
+from app.engine import llama_log
 from app.errors import LlamaDeskError
 from app.storage import AppSettings, Database, DatabaseOpenError, load_settings, move_aside
 from app.ui.main_window import MainWindow
@@ -46,6 +47,37 @@ def app_icon() -> QIcon:
         else:
             log.warning("icon missing: %s", path)
     return icon
+
+
+class _LogBridge(QObject):
+    """Carries log lines from any thread to the GUI thread (a queued signal)."""
+
+    line = Signal(str)
+
+
+class WindowLogHandler(logging.Handler):
+    """llama.cpp's errors in the window's message bar, where the user sees them.
+
+    Warnings stay in the log (collapsed by :mod:`app.engine.llama_log`; on stderr with
+    ``--verbose``): the ones that matter to a user (a full context, a model that failed to
+    load) already come as the session's own messages, in the tab or the window."""
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(logging.ERROR)
+        self.bridge = _LogBridge()
+        self.bridge.line.connect(window.show_message)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.bridge.line.emit(f"llama.cpp: {record.getMessage()}")
+        except Exception:  # never raise into llama.cpp's log callback
+            self.handleError(record)
+
+
+def install_log_handler(window: MainWindow) -> WindowLogHandler:
+    handler = WindowLogHandler(window)
+    logging.getLogger("llama.cpp").addHandler(handler)
+    return handler
 
 
 def exit_after_show() -> bool:
@@ -125,6 +157,7 @@ def run(argv: list[str] | None = None) -> int:
     db, read_only = opened
     window = MainWindow(db, settings, read_only=read_only)
     _window = window
+    log_handler = install_log_handler(window)
     if read_only:
         window.show_message(
             "The conversation database is open read-only: you can read your conversations, "
@@ -147,5 +180,7 @@ def run(argv: list[str] | None = None) -> int:
         code = int(qasync.run(main()))
     finally:
         _window = None
+        logging.getLogger("llama.cpp").removeHandler(log_handler)
+        llama_log.flush_repeats()
         db.close()
     return code
