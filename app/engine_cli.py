@@ -8,16 +8,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import queue
 import sys
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.errors import LlamaDeskError
 from app.settings_schema import CONTEXT_FIELDS, MISSING, SAMPLING_FIELDS, FieldSpec
 
 if TYPE_CHECKING:
     from app.engine import ContextSettings, SamplingParams
+    from app.session import Session
+    from app.session.events import ConversationEvent, SessionEvent
+
+T = TypeVar("T")
 
 # The schema fields each command takes as flags (names, help and ranges from the schema).
 RUN_SAMPLING = tuple(s for s in SAMPLING_FIELDS.values() if s.cli is not None)
@@ -283,10 +291,36 @@ def _read_grammar(path: str | None) -> str | None:
     return text
 
 
+def _session_wait(session: Session, future: Future[T]) -> T:
+    """A session future's result (its error raised), or an error if the session died."""
+    while True:
+        try:
+            return future.result(timeout=0.1)
+        except FutureTimeout:
+            if not session.is_running:
+                raise LlamaDeskError("Internal error: the engine thread stopped.") from None
+
+
+def _session_events(
+    session: Session, events: queue.SimpleQueue[Any]
+) -> Iterator[ConversationEvent | SessionEvent]:
+    """The events the session sends ``events``, as they come (an error if it died)."""
+    while True:
+        try:
+            yield events.get(timeout=0.1)
+        except queue.Empty:
+            if not session.is_running:
+                raise LlamaDeskError("Internal error: the engine thread stopped.") from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from app.engine import Engine, TokenText
+    """A client of the :class:`~app.session.Session` (as the window and the API server
+    are): one without a state store or database, so nothing is persisted. Conversations
+    1..N are the ``--parallel`` sequences; their turns start together in one batch."""
     from app.engine.chat_template import ReasoningEffort, ReasoningOptions
     from app.engine.reasoning import Channel
+    from app.session import ChatMessage, RestoreOutcome, Session, TurnId, TurnResult
+    from app.session import events as ev
 
     path, prompt = _resolve_model_and_prompt(args)
     reasoning = ReasoningOptions(
@@ -297,58 +331,98 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise LlamaDeskError(f"--parallel must be at least 1, not {args.parallel}.")
     params = sampling_params(args, _read_grammar(args.grammar))
     settings = context_settings(args, args.parallel)
+    if args.resume_session and not Path(args.resume_session).is_file():
+        raise LlamaDeskError(
+            f"The session file {args.resume_session} does not exist or is not a file."
+        )
     stream = not args.json and args.parallel == 1
-    t0 = time.perf_counter()
-    with Engine.open(path, settings) as engine:
+    cids = list(range(1, args.parallel + 1))
+    events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    # Every token's text as it comes (as the engine loop did), not coalesced for a window.
+    session = Session(stream_interval_s=0.0, name="llamadesk-run")
+    try:
+        session.subscribe_session(events.put)
+        for cid in cids:
+            session.subscribe(cid, events.put)
+        t0 = time.perf_counter()
+        session.load_model(str(path), settings, fallback=False)
+        for event in _session_events(session, events):
+            if isinstance(event, ev.ModelLoadFailed):
+                raise LlamaDeskError(event.message)
+            if isinstance(event, ev.ModelLoaded):
+                break
         t_load = time.perf_counter() - t0
-        keys = [engine.open_sequence() for _ in range(args.parallel)]
-        for key in keys:
-            if args.resume_session:
-                if not Path(args.resume_session).is_file():
-                    raise LlamaDeskError(
-                        f"The session file {args.resume_session} does not exist or is not a file."
-                    )
-                if not engine.restore_state_file(key, args.resume_session):
+        if args.resume_session:
+            for cid in cids:
+                restored = _session_wait(
+                    session, session.restore_state_file(cid, args.resume_session)
+                )
+                if restored.outcome is not RestoreOutcome.RESTORED:
                     raise LlamaDeskError(
                         f"The session file {args.resume_session} cannot be used with this model or these settings "
                         "(it is damaged, or was saved with another model or cache type)."
                     )
-                if prompt:
-                    engine.append_text(key, prompt)
-            elif args.raw:
-                engine.set_prompt(key, prompt, raw=True)
-            else:
-                messages = [{"role": "user", "content": prompt}]
-                engine.set_chat(
-                    key,
-                    messages,
-                    system=args.system,
-                    reserve=args.n_predict if args.n_predict > 0 else None,
-                    reasoning=reasoning,
-                )
-            engine.start(key, params)
+        turns: dict[int, TurnId] = {}
+        with session.batch():
+            for cid in cids:
+                if args.resume_session:
+                    turns[cid] = session.submit_text(cid, prompt, params, append=True)
+                elif args.raw:
+                    turns[cid] = session.submit_text(cid, prompt, params)
+                else:
+                    turns[cid] = session.submit(
+                        cid,
+                        [ChatMessage("user", prompt)],
+                        system=args.system or "",
+                        sampling=params,
+                        reasoning=reasoning,
+                    )
         t1 = time.perf_counter()
+        started: set[int] = set()
+        failures: dict[int, str] = {}
+        errors: list[str] = []
+        finished: dict[int, TurnResult] = {}
         shown_reasoning = False
-        while engine.has_work():
-            for event in engine.step():
-                if stream and isinstance(event, TokenText):
-                    if event.channel is Channel.ANSWER:
-                        if shown_reasoning:  # the thinking ends on its own line
-                            sys.stderr.write("\n")
-                            shown_reasoning = False
-                        sys.stdout.write(event.text)
-                        sys.stdout.flush()
-                    elif args.show_reasoning:
-                        sys.stderr.write(event.text)
-                        sys.stderr.flush()
-                        shown_reasoning = True
+        for event in _session_events(session, events):
+            if isinstance(event, ev.SessionError):
+                errors.append(event.message)
+            elif isinstance(event, ev.TurnStarted):
+                started.add(event.conversation_id)
+            elif isinstance(event, ev.TurnFailed):
+                failures.setdefault(event.conversation_id, event.message)
+            elif isinstance(event, ev.TurnFinished) and turns.get(event.conversation_id) == (
+                event.turn_id
+            ):
+                finished[event.conversation_id] = event.result
+                if len(finished) == len(cids):
+                    break
+            elif stream and isinstance(event, ev.TextStreamed):
+                if event.channel is Channel.ANSWER:
+                    if shown_reasoning:  # the thinking ends on its own line
+                        sys.stderr.write("\n")
+                        shown_reasoning = False
+                    sys.stdout.write(event.text)
+                    sys.stdout.flush()
+                elif args.show_reasoning:
+                    sys.stderr.write(event.text)
+                    sys.stderr.flush()
+                    shown_reasoning = True
         elapsed = time.perf_counter() - t1
-        completions = [engine.run_until_done(key) for key in keys]
+        for cid in cids:  # a turn refused before it started (e.g. the prompt is too long)
+            if cid not in started:
+                message = failures.get(cid) or finished[cid].error
+                raise LlamaDeskError(message or "The prompt could not be processed.")
+        if errors:  # the engine failed while stepping
+            raise LlamaDeskError(errors[0])
+        completions = [finished[cid] for cid in cids]
         if args.save_session:
-            engine.save_state_file(keys[0], args.save_session)
+            _session_wait(session, session.save_state_file(cids[0], args.save_session))
+    finally:
+        session.shutdown()
+        session.join(30.0)
     if stream:
         sys.stdout.write("\n")
-    n_gen = sum(len(c.tokens) for c in completions)
+    n_gen = sum(c.n_tokens for c in completions)
     timings = {
         "load_s": round(t_load, 4),
         "total_s": round(elapsed, 4),
@@ -364,8 +438,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "text": c.text,
                 "reasoning": c.reasoning,
                 "reasoning_ms": None if c.reasoning_ms is None else round(c.reasoning_ms, 1),
-                "tokens": c.tokens,
-                "finish_reason": c.finish_reason,
+                "tokens": list(c.tokens),
+                "finish_reason": c.finish_reason.value,
                 "n_prompt": c.n_prompt,
             }
             for c in completions
@@ -382,11 +456,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                 if args.show_reasoning and c.reasoning
                 else ""
             )
-            print(f"--- sequence {i + 1} ({c.finish_reason})\n{thought}{c.text}")
+            print(f"--- sequence {i + 1} ({c.finish_reason.value})\n{thought}{c.text}")
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    """Engine speed, measured on the :class:`~app.engine.Engine` itself, not through the
+    :class:`~app.session.Session`: the session would add its thread hand-off, its event
+    delivery and memory statistics to every step, which is noise in a figure meant to
+    compare the engine's batch loop with llama.cpp's bare loop (benchmarks/bench_engine.py)
+    and with itself across changes. ``run`` is the command that goes through the session."""
     from app.engine.bench import run_bench
 
     for name in ("tabs", "n_prompt", "n_gen", "n_state"):

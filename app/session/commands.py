@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from app.engine import ContextSettings, SamplingParams
 from app.engine.chat_template import ReasoningOptions
+from app.session.events import CacheRestored
 from app.session.types import (
     ChatMessage,
     ContextFullPolicy,
@@ -24,6 +25,7 @@ class LoadModel:
     path: str
     settings: ContextSettings
     default_policy: ContextFullPolicy = ContextFullPolicy.SHIFT
+    fallback: bool = True  # settings the model refuses: load with the defaults (else fail)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,20 @@ class SubmitTurn:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     reasoning: ReasoningOptions = field(default_factory=ReasoningOptions)
     reply_id: int | None = None  # a storage message: saved as it streams (partial)
+
+
+@dataclass(frozen=True)
+class SubmitText:
+    """Generate after plain text, not chat messages (``llamadesk run --raw``): the text is
+    the whole prompt (BOS per the model, special tokens parsed), or with ``append`` it
+    follows what the conversation's cache holds (a restored state file goes on)."""
+
+    conversation_id: ConversationId
+    turn_id: TurnId
+    text: str
+    append: bool = False
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    reply_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +120,26 @@ class SaveAll:
 
 
 @dataclass(frozen=True)
+class SaveStateFile:
+    """Write the conversation's cache to ``path`` (not the state store); the reply is the
+    file's size, or the error."""
+
+    conversation_id: ConversationId
+    path: str
+    reply: Future[int]
+
+
+@dataclass(frozen=True)
+class RestoreStateFile:
+    """Load the state file at ``path`` into the conversation (opened if need be); the reply
+    is the :class:`~app.session.events.CacheRestored` also sent to its subscribers."""
+
+    conversation_id: ConversationId
+    path: str
+    reply: Future[CacheRestored]
+
+
+@dataclass(frozen=True)
 class Inspect:
     conversation_id: ConversationId
     reply: Future[ConversationSnapshot]
@@ -120,12 +156,15 @@ Command = (
     | OpenConversation
     | CloseConversation
     | SubmitTurn
+    | SubmitText
     | Regenerate
     | ForkConversation
     | SetPolicy
     | SetDefaultPolicy
     | Reconfigure
     | SaveAll
+    | SaveStateFile
+    | RestoreStateFile
     | Inspect
     | Shutdown
 )

@@ -13,7 +13,10 @@ conversation's pending turn as cancelled in case it has not started yet.
 
 State files: an open conversation's cache is restored from ``states/`` (the
 :class:`~app.storage.StateStore`) when its sequence is opened, saved when it is closed, at
-shutdown, before a model change, and when the engine evicts it to make room.
+shutdown, before a model change, and when the engine evicts it to make room. A client may
+also save and restore one at a path of its own (``llamadesk run --save-session``).
+
+Without a store or a database nothing is persisted: the command line runs such a session.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from app.engine import (
@@ -116,6 +120,8 @@ class Session:
         self._next_turn = 0
         self._subscribers: dict[ConversationId, list[ConversationCallback]] = {}
         self._session_subscribers: list[SessionCallback] = []
+        self._holds = 0  # open batch() blocks: no engine step until they end
+        self._released = threading.Condition(self._lock)
         # session thread only
         self._convs: dict[ConversationId, _Conversation] = {}
         self._by_key: dict[int, ConversationId] = {}
@@ -169,9 +175,14 @@ class Session:
         path: str,
         settings: ContextSettings,
         default_policy: ContextFullPolicy = ContextFullPolicy.SHIFT,
+        *,
+        fallback: bool = True,
     ) -> None:
+        """Load a model (``ModelLoaded`` or ``ModelLoadFailed`` follows). Context settings
+        the model refuses fall back to the defaults (a warning says so); without
+        ``fallback`` the load fails instead."""
         self._load_cancel.clear()
-        self.post(cmd.LoadModel(str(path), settings, default_policy))
+        self.post(cmd.LoadModel(str(path), settings, default_policy, fallback))
 
     def cancel_load(self) -> None:
         """Give up a model load in progress (its progress callback returns False)."""
@@ -217,6 +228,33 @@ class Session:
                 system,
                 sampling if sampling is not None else SamplingParams(),
                 reasoning if reasoning is not None else ReasoningOptions(),
+                reply_id,
+            )
+        )
+        return turn
+
+    def submit_text(
+        self,
+        conversation_id: int,
+        text: str,
+        sampling: SamplingParams | None = None,
+        *,
+        append: bool = False,
+        reply_id: int | None = None,
+    ) -> TurnId:
+        """Generate after plain text: the whole prompt (tokenized as-is), or with ``append``
+        text that follows what the conversation's cache holds (e.g. after
+        :meth:`restore_state_file`; empty text: go on from the cache). Returns the turn's
+        id; such a turn is not one :meth:`regenerate` repeats."""
+        cid = ConversationId(conversation_id)
+        turn = self._new_turn(cid)
+        self.post(
+            cmd.SubmitText(
+                cid,
+                turn,
+                text,
+                append,
+                sampling if sampling is not None else SamplingParams(),
                 reply_id,
             )
         )
@@ -281,6 +319,34 @@ class Session:
     def save_all(self) -> None:
         self.post(cmd.SaveAll())
 
+    def save_state_file(self, conversation_id: int, path: str) -> Future[int]:
+        """Write the open conversation's cache to ``path`` (after its turn ends); the
+        future holds the file's size, or the error (a :class:`LlamaDeskError`)."""
+        future: Future[int] = Future()
+        self.post(cmd.SaveStateFile(ConversationId(conversation_id), str(path), future))
+        return future
+
+    def restore_state_file(self, conversation_id: int, path: str) -> Future[ev.CacheRestored]:
+        """Load the state file at ``path`` into the conversation, opening it if need be.
+        The future holds the ``CacheRestored`` its subscribers get (``REREAD`` with the
+        reason when the file is refused: the cache is then empty), or the error."""
+        future: Future[ev.CacheRestored] = Future()
+        self.post(cmd.RestoreStateFile(ConversationId(conversation_id), str(path), future))
+        return future
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Turns submitted inside the block start together: the engine takes no step until
+        it ends (commands are still handled, so waiting on a future inside is safe)."""
+        with self._lock:
+            self._holds += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._holds -= 1
+                self._released.notify_all()
+
     def inspect(self, conversation_id: int) -> Future[ConversationSnapshot]:
         """What the session holds for the conversation (answered on the session thread)."""
         future: Future[ConversationSnapshot] = Future()
@@ -313,6 +379,7 @@ class Session:
                 if engine is not None and engine.context is not None and engine.has_work():
                     was_busy = True
                     self._drain(block=False)
+                    self._await_batches()
                     if not self._closed.is_set() and engine is self._engine and engine.has_work():
                         self._step(engine)
                     continue
@@ -329,6 +396,15 @@ class Session:
             self._closed.set()
         finally:
             self._replies.close()
+
+    def _await_batches(self) -> None:
+        """While a client's ``batch()`` is open, handle its commands but do not step."""
+        while not self._closed.is_set():
+            with self._lock:
+                if not self._holds:
+                    return
+                self._released.wait(0.01)
+            self._drain(block=False)
 
     def _drain(self, block: bool) -> None:
         while not self._closed.is_set():
@@ -354,6 +430,8 @@ class Session:
                     self._close_conversation(command.conversation_id, command.save)
                 case cmd.SubmitTurn():
                     self._submit(command)
+                case cmd.SubmitText():
+                    self._submit_text(command)
                 case cmd.Regenerate():
                     self._regenerate(command)
                 case cmd.ForkConversation():
@@ -370,6 +448,10 @@ class Session:
                     self._reconfigure(command.settings)
                 case cmd.SaveAll():
                     self._save_states()
+                case cmd.SaveStateFile():
+                    self._save_state_file(command)
+                case cmd.RestoreStateFile():
+                    self._restore_state_file(command)
                 case cmd.Inspect():
                     command.reply.set_result(self._snapshot(command.conversation_id))
                 case cmd.Shutdown():
@@ -608,7 +690,53 @@ class Session:
             return self._stopped.get(cid) == turn
 
     def _submit(self, command: cmd.SubmitTurn) -> None:
-        cid, turn = command.conversation_id, command.turn_id
+        def queue_prompt(engine: Engine, key: int) -> int:
+            params = command.sampling
+            return engine.set_chat(
+                key,
+                [m.to_engine() for m in command.messages],
+                system=command.system or None,
+                reserve=params.max_tokens if params.max_tokens > 0 else None,
+                reasoning=command.reasoning,
+            )
+
+        self._start_turn(
+            command.conversation_id,
+            command.turn_id,
+            command.sampling,
+            command.reply_id,
+            queue_prompt,
+            command,
+        )
+
+    def _submit_text(self, command: cmd.SubmitText) -> None:
+        def queue_prompt(engine: Engine, key: int) -> int:
+            if not command.append:
+                return engine.set_prompt(key, command.text, raw=True)
+            if command.text:
+                engine.append_text(key, command.text)
+            return len(engine.pending_tokens(key))
+
+        self._start_turn(
+            command.conversation_id,
+            command.turn_id,
+            command.sampling,
+            command.reply_id,
+            queue_prompt,
+            None,
+        )
+
+    def _start_turn(
+        self,
+        cid: ConversationId,
+        turn: TurnId,
+        params: SamplingParams,
+        reply_id: int | None,
+        queue_prompt: Callable[[Engine, int], int],
+        last_turn: cmd.SubmitTurn | None,
+    ) -> None:
+        """Queue a turn's prompt (``queue_prompt(engine, key)`` returns how many tokens it
+        decodes) and start generating; ``last_turn``: what a regenerate repeats."""
         conv = self._conv(cid)
         engine = self._engine
         if engine is None or engine.context is None:
@@ -623,24 +751,16 @@ class Session:
             self._fail_turn(cid, turn, "", aborted=True)
             return
         try:
-            params = command.sampling
             params.validate()
-            reserve = params.max_tokens if params.max_tokens > 0 else None
-            n = engine.set_chat(
-                conv.key,
-                [m.to_engine() for m in command.messages],
-                system=command.system or None,
-                reserve=reserve,
-                reasoning=command.reasoning,
-            )
+            n = queue_prompt(engine, conv.key)
             engine.start(conv.key, params)
         except LlamaDeskError as exc:
             self._fail_turn(cid, turn, str(exc), aborted=False)
             return
         conv.turn = turn
-        conv.last_turn = command
+        conv.last_turn = last_turn
         conv.stream = _Stream()
-        self._replies.begin(cid, command.reply_id)
+        self._replies.begin(cid, reply_id)
         self._emit(ev.TurnStarted(cid, turn, n))
         self._dirty.add(cid)
         if self._cancelled(cid, turn):  # a stop that raced with the start
@@ -757,6 +877,56 @@ class Session:
             return
         self._store.put(conv.cid, engine.model_fingerprint, data)
 
+    def _idle_key(self, cid: ConversationId) -> tuple[Engine, int]:
+        """The engine and the open conversation's sequence, which must not be answering."""
+        engine = self._engine
+        if engine is None or engine.context is None:
+            raise LlamaDeskError(_NO_MODEL)
+        conv = self._convs.get(cid)
+        if conv is None or conv.key is None:
+            raise LlamaDeskError(f"Conversation {cid} is not open.")
+        if conv.turn is not None or engine.is_busy(conv.key):
+            raise LlamaDeskError("This conversation is still answering.")
+        return engine, conv.key
+
+    def _save_state_file(self, command: cmd.SaveStateFile) -> None:
+        reply = command.reply
+        if not reply.set_running_or_notify_cancel():
+            return
+        try:
+            engine, key = self._idle_key(command.conversation_id)
+            size = engine.save_state_file(key, command.path)
+        except LlamaDeskError as exc:
+            reply.set_exception(exc)
+            return
+        reply.set_result(size)
+
+    def _restore_state_file(self, command: cmd.RestoreStateFile) -> None:
+        reply = command.reply
+        if not reply.set_running_or_notify_cancel():
+            return
+        cid = command.conversation_id
+        try:
+            if self._engine is not None and self._engine.context is not None:
+                self._bind(self._conv(cid))
+            engine, key = self._idle_key(cid)
+            restored = engine.restore_state_file(key, command.path)
+            reason = None if restored else engine.last_restore_error
+            if not restored:
+                log.info("state file %s not restored: %s", command.path, reason)
+                engine.clear_sequence(key)
+        except LlamaDeskError as exc:
+            reply.set_exception(exc)
+            return
+        if restored:
+            event = ev.CacheRestored(cid, RestoreOutcome.RESTORED)
+        else:
+            reason = reason or "the saved cache could not be used."
+            event = ev.CacheRestored(cid, RestoreOutcome.REREAD, reason)
+        self._emit(event)
+        self._emit_status(cid)
+        reply.set_result(event)
+
     def _save_states(self) -> None:
         engine = self._engine
         if engine is None or engine.context is None or self._store is None:
@@ -850,6 +1020,8 @@ class Session:
             try:
                 engine.create_context(settings)
             except LlamaDeskError as exc:
+                if not command.fallback:
+                    raise
                 # The saved settings do not suit this model: fall back to the defaults.
                 engine.create_context(
                     ContextSettings(

@@ -87,6 +87,7 @@ class TurnResult:
     error: str | None = None
     reasoning: str = ""
     reasoning_ms: float | None = None
+    tokens: tuple[int, ...] = ()  # the generated token ids
 
     @classmethod
     def of(cls, completion: Completion) -> TurnResult:
@@ -101,6 +102,7 @@ class TurnResult:
             error=completion.error,
             reasoning=completion.reasoning or "",
             reasoning_ms=completion.reasoning_ms,
+            tokens=tuple(completion.tokens),
         )
 
     @property

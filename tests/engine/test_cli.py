@@ -149,6 +149,8 @@ def test_resume_refuses_a_damaged_session(tiny_model: Path, tmp_path: Path) -> N
         (["run", "MODEL", "hi", "--parallel", "0"], "--parallel"),
         (["run", "MODEL", "hi", "--resume-session", "/nonexistent"], "does not exist"),
         (["run", "MODEL", "hi", "-t", "0"], "-t/--threads: Generation threads"),
+        (["run", "MODEL", "word " * 400, "--raw", "-c", "64"], "shorten it"),
+        (["run", "MODEL", "word " * 400, "-c", "64", "--parallel", "2"], "the context holds"),
         (["bench", "MODEL", "--tabs", "0"], "--tabs must be at least 1"),
     ],
 )
@@ -266,3 +268,36 @@ def test_flags_keep_their_names_and_fill_the_schema_fields() -> None:
     assert settings.n_threads == settings.n_threads_batch == 2
     default = engine_cli.context_settings(build_parser().parse_args(["run", "m.gguf"]), 1)
     assert default.n_threads > 0 and default.n_ctx == 4096
+
+
+def test_run_is_a_client_of_the_session(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``run`` goes through :class:`app.session.Session` (as the window and the API server
+    do), never the engine's own loop; its turns are submitted together in one batch."""
+    from contextlib import AbstractContextManager
+
+    from app.cli import main
+    from app.engine import Engine
+    from app.session import Session
+
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("run drove the engine directly")
+
+    for name in ("open", "run_until_done", "complete"):
+        monkeypatch.setattr(Engine, name, refused)
+    batches: list[int] = []
+    batch = Session.batch
+
+    def counted(self: Session) -> AbstractContextManager[None]:
+        batches.append(1)
+        return batch(self)
+
+    monkeypatch.setattr(Session, "batch", counted)
+    args = ["run", str(tiny_model), "one two", "--raw", "-n", "5", "--temp", "0"]
+    assert main([*args, "--parallel", "2", "--json"]) == 0
+    results = json.loads(capsys.readouterr().out)["results"]
+    assert len(results) == 2 and results[0]["tokens"] == results[1]["tokens"]
+    assert len(results[0]["tokens"]) == 5 and batches == [1]
+    assert main(args) == 0  # streamed to standard output
+    assert capsys.readouterr().out == results[0]["text"] + "\n"
