@@ -14,15 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal, Slot
-from PySide6.QtGui import (
-    QColor,
-    QDesktopServices,
-    QGuiApplication,
-    QPalette,
-    QResizeEvent,
-    QTextDocument,
-)
+from PySide6.QtCore import QEvent, Qt, QUrl, Signal, Slot
+from PySide6.QtGui import QColor, QDesktopServices, QGuiApplication, QPalette
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -38,12 +31,7 @@ from app.ui import markdown
 from app.ui.theme import DARK_COLORS, LIGHT_COLORS, is_dark
 
 CHUNK_CHARS = 700  # a streamed message's last label holds at most about this much text
-SOFT_CUT_MIN = 200  # a cut inside a paragraph leaves at least this much in the frozen label
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
-# What must not start the text after a cut inside a paragraph (Markdown would read a block)
-_BLOCK_START = re.compile(r"^(?:[#>+\-*=|~`_\s]|\d+[.)])")
-_JOIN_BOTTOM = '<p style="margin-bottom:0px;">'
-_JOIN_TOP = '<p style="margin-top:0px;">'
 
 ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 
@@ -317,20 +305,11 @@ class MessageWidget(QFrame):
 
         # Long text is split into several labels at block boundaries: a QLabel lays out
         # its whole text on every change, so only the last (short) one changes while a
-        # reply streams. ``content`` is that last label. While a reply streams, a long
-        # paragraph is also cut, at the start of one of its lines as laid out at the
-        # label's width (the labels then show the very lines the paragraph has); such
-        # cuts are undone when the reply ends, and redone when the width changes.
+        # reply streams. ``content`` is that last label.
         self._chunks: list[QLabel] = []  # frozen labels before ``content``
         self._chunk_blocks: dict[int, list[str]] = {}
         self._frozen = 0  # source characters shown by the frozen labels
         self._fence = ""  # the code fence open at the frozen boundary ("" if none)
-        self._joined = False  # the frozen boundary is inside a paragraph (a soft cut)
-        self._soft_width = 0  # the label width the soft cuts were made for (0: none)
-        self._rewrap = QTimer(self)
-        self._rewrap.setSingleShot(True)
-        self._rewrap.setInterval(120)
-        self._rewrap.timeout.connect(self._on_rewrap)
         self._text_layout = QVBoxLayout()
         self._text_layout.setContentsMargins(0, 0, 0, 0)
         self._text_layout.setSpacing(0)
@@ -377,9 +356,6 @@ class MessageWidget(QFrame):
 
     def set_streaming(self, streaming: bool) -> None:
         self._streaming = streaming
-        if not streaming and self._soft_width:
-            self._reset_chunks()  # the paragraphs cut while streaming become whole again
-            self._render()
         self._sync_reasoning()
         self.set_actions_enabled(not streaming)
         self.figures.setText(figures_text(self.data, streaming))
@@ -481,8 +457,6 @@ class MessageWidget(QFrame):
         self._chunk_blocks = {id(self.content): []}
         self._frozen = 0
         self._fence = ""
-        self._joined = False
-        self._soft_width = 0
 
     def _render_source(self, source: str) -> tuple[str, list[str]]:
         if self.data.role == "assistant":
@@ -498,17 +472,10 @@ class MessageWidget(QFrame):
         # freeze finished blocks while the text beyond the frozen part is long
         while len(text) - self._frozen > CHUNK_CHARS:
             cut = _cut_point(text, self._frozen)
-            soft = cut is None
             if cut is None:
-                cut = self._soft_cut_point(text, self._frozen)
-                if cut is None:
-                    break
+                break
             piece = text[self._frozen : cut]
             html, blocks = self._render_source(self._fence_prefix() + piece)
-            html = self._join_html(html, bottom=soft)
-            self._joined = soft
-            if soft:
-                self._soft_width = self.content.contentsRect().width()
             label = self._new_label()
             label.setText(html)
             self._text_layout.insertWidget(len(self._chunks), label)
@@ -522,7 +489,6 @@ class MessageWidget(QFrame):
             html, blocks = "<p><i>…</i></p>", []
         elif tail or not self._chunks:
             html, blocks = self._render_source(self._fence_prefix() + tail)
-            html = self._join_html(html, bottom=False)
         else:
             html, blocks = "", []
         if data.error:
@@ -531,72 +497,6 @@ class MessageWidget(QFrame):
         self._chunk_blocks[id(self.content)] = blocks
         self.content.setVisible(bool(html))
         self.content.setText(html)
-
-    def _join_html(self, html: str, bottom: bool) -> str:
-        """Remove the paragraph spacing where a paragraph goes on in the next label (after
-        a soft cut: at the top when the frozen boundary is one, at the bottom when
-        ``bottom``)."""
-        if self._joined and html.startswith("<p>"):
-            html = _JOIN_TOP + html[3:]
-        if bottom:
-            i = html.rfind("<p")
-            if i >= 0 and html.startswith("<p>", i):
-                html = html[:i] + _JOIN_BOTTOM + html[i + 3 :]
-            elif i >= 0 and html.startswith(_JOIN_TOP, i):
-                html = (
-                    html[:i]
-                    + '<p style="margin-top:0px; margin-bottom:0px;">'
-                    + html[i + len(_JOIN_TOP) :]
-                )
-        return html
-
-    def _soft_cut_point(self, text: str, start: int) -> int | None:
-        """While a reply streams: where to end a frozen chunk inside a long paragraph of
-        plain text (no inline markup), at the start of one of its lines as the label lays
-        it out now; None when there is none. Lines are broken greedily, so a line's start
-        does not move when text is added after the next line."""
-        if not self._streaming or self._fence or self.data.role != "assistant":
-            return None
-        width = self.content.contentsRect().width()
-        if width < 80 or (self._soft_width and width != self._soft_width):
-            return None
-        window = text[start : start + CHUNK_CHARS]
-        para = window.rfind("\n") + 1
-        html = self._render_source(window)[0]
-        if self._joined and html.startswith("<p>"):
-            html = _JOIN_TOP + html[3:]
-        doc = QTextDocument()
-        doc.setDocumentMargin(0)
-        doc.setDefaultFont(self.content.font())
-        doc.setHtml(html)
-        doc.setTextWidth(width)
-        doc.size()  # lays the document out
-        block = doc.lastBlock()
-        while block.isValid() and not block.text() and block != doc.firstBlock():
-            block = block.previous()
-        if block.text().rstrip() != window[para:].rstrip():
-            return None  # inline markup, entities, a soft line break: not plain text
-        layout = block.layout()
-        # the window's last line (maybe cut in a word) and the one before may still change
-        for i in range(layout.lineCount() - 2, 0, -1):
-            at = para + layout.lineAt(i).textStart()
-            if at < SOFT_CUT_MIN:
-                break
-            cut = start + at
-            if text[cut - 1] == " " and not _BLOCK_START.match(text[cut:]):
-                return cut
-        return None
-
-    def resizeEvent(self, event: QResizeEvent) -> None:
-        super().resizeEvent(event)
-        if self._soft_width and event.size().width() != event.oldSize().width():
-            self._rewrap.start()  # once the width settles
-
-    @Slot()
-    def _on_rewrap(self) -> None:
-        if self._soft_width and self.content.contentsRect().width() != self._soft_width:
-            self._reset_chunks()
-            self._render()
 
     def _chunks_match(self, text: str) -> bool:
         return not self._frozen or text.startswith(getattr(self, "_frozen_text", ""))
