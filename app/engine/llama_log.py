@@ -62,15 +62,20 @@ def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
         level_out = py_level if py_level > logging.DEBUG else logging.DEBUG
         key = (level_out, line)
         now = time.monotonic()
-        entry = _repeats.get(key)
+        if level_out < logging.WARNING:  # load reports repeat per model: all of them go out
+            suppressed = 0
+            entry = None
+        else:
+            entry = _repeats.get(key)
         if entry is not None and now - entry[1] < REPEAT_WINDOW_S:
             entry[0] += 1
             return
-        suppressed = int(entry[0]) if entry is not None else 0
-        _repeats.pop(key, None)
-        _repeats[key] = [0, now]
-        if len(_repeats) > _MAX_TRACKED:
-            del _repeats[next(iter(_repeats))]
+        if level_out >= logging.WARNING:
+            suppressed = int(entry[0]) if entry is not None else 0
+            _repeats.pop(key, None)
+            _repeats[key] = [0, now]
+            if len(_repeats) > _MAX_TRACKED:
+                del _repeats[next(iter(_repeats))]
     _log_line(level_out, line, suppressed)
 
 
