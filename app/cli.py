@@ -25,10 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="store_true", help="show llama.cpp's log on stderr"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from app import engine_cli, hub_cli
+    from app import engine_cli, hub_cli, server_cli
 
     engine_cli.register(sub)
     hub_cli.register(sub)
+    server_cli.register(sub)
     try:
         from app.storage import cli as storage_cli
     except ImportError:  # the storage commands are optional while that package is absent

@@ -20,6 +20,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "app/storage": ("llama_cpp", "PySide6", "app.engine", "app.ui", "app.session"),
     "app/session": ("llama_cpp", "PySide6", "app.ui"),
     "app/hub": ("llama_cpp", "PySide6", "app.ui"),
+    "app/server": ("llama_cpp", "PySide6", "app.ui"),
     "app/ui": ("llama_cpp",),
 }
 

@@ -1,0 +1,19 @@
+"""An OpenAI- and llama-server-compatible HTTP server: another client of the session.
+
+- :mod:`app.server.config` - :class:`ServerConfig` (host, key, bounds), checked before binding
+- :mod:`app.server.bridge` - :class:`ServerSession`: the session plus engine calls and
+  raw-prompt turns
+- :mod:`app.server.params` - request bodies -> typed requests (sampling from the schema)
+- :mod:`app.server.pool` - which conversation serves a request (warm caches)
+- :mod:`app.server.store` - API conversations in the app's database
+- :mod:`app.server.service` - the endpoints, transport-free
+- :mod:`app.server.openai_format` - response objects and stream chunks
+- :mod:`app.server.http` - the HTTP transport (standard library)
+- :mod:`app.server.runner` - :class:`ServerRunner`: all of it for ``llamadesk serve``
+"""
+
+from app.server.config import ServerConfig
+from app.server.errors import ApiError
+from app.server.runner import ServerRunner
+
+__all__ = ["ApiError", "ServerConfig", "ServerRunner"]

@@ -1,0 +1,149 @@
+"""OpenAI response objects and stream chunks from the service's items."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from app.engine.reasoning import Channel
+from app.server.service import Done, Failed, Item, Piece, finish_reason, new_id, timings, usage
+
+
+def chat_response(items: Iterator[Item], model: str) -> dict[str, Any]:
+    answer: list[str] = []
+    reasoning: list[str] = []
+    done: Done | None = None
+    for item in items:
+        if isinstance(item, Piece):
+            (answer if item.channel is Channel.ANSWER else reasoning).append(item.text)
+        elif isinstance(item, Failed):
+            raise item.error
+        else:
+            done = item
+    assert done is not None
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(answer)}
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    out: dict[str, Any] = {
+        "id": new_id("chatcmpl"),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": finish_reason(done.result.finish_reason),
+            }
+        ],
+        "usage": usage(done.result),
+        "timings": timings(done.result),
+    }
+    if done.conversation is not None:
+        out["conversation"] = done.conversation
+    return out
+
+
+def chat_chunks(items: Iterator[Item], model: str, include_usage: bool) -> Iterator[dict[str, Any]]:
+    cid = new_id("chatcmpl")
+    created = int(time.time())
+
+    def chunk(delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
+        return {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}],
+        }
+
+    yield chunk({"role": "assistant", "content": ""})
+    for item in items:
+        if isinstance(item, Piece):
+            key = "content" if item.channel is Channel.ANSWER else "reasoning_content"
+            yield chunk({key: item.text})
+        elif isinstance(item, Failed):
+            yield item.error.body()
+            return
+        else:
+            final = chunk({}, finish_reason(item.result.finish_reason))
+            final["timings"] = timings(item.result)
+            yield final
+            if include_usage:
+                yield {
+                    "id": cid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": usage(item.result),
+                }
+
+
+def completion_response(items: Iterator[Item], model: str) -> dict[str, Any]:
+    text: list[str] = []
+    done: Done | None = None
+    for item in items:
+        if isinstance(item, Piece):
+            if item.channel is Channel.ANSWER:
+                text.append(item.text)
+        elif isinstance(item, Failed):
+            raise item.error
+        else:
+            done = item
+    assert done is not None
+    return {
+        "id": new_id("cmpl"),
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "text": "".join(text),
+                "logprobs": None,
+                "finish_reason": finish_reason(done.result.finish_reason),
+            }
+        ],
+        "usage": usage(done.result),
+        "timings": timings(done.result),
+    }
+
+
+def completion_chunks(
+    items: Iterator[Item], model: str, include_usage: bool
+) -> Iterator[dict[str, Any]]:
+    cid = new_id("cmpl")
+    created = int(time.time())
+
+    def chunk(text: str, reason: str | None = None) -> dict[str, Any]:
+        return {
+            "id": cid,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": reason}],
+        }
+
+    for item in items:
+        if isinstance(item, Piece):
+            if item.channel is Channel.ANSWER:
+                yield chunk(item.text)
+        elif isinstance(item, Failed):
+            yield item.error.body()
+            return
+        else:
+            final = chunk("", finish_reason(item.result.finish_reason))
+            final["timings"] = timings(item.result)
+            yield final
+            if include_usage:
+                yield {
+                    "id": cid,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": usage(item.result),
+                }

@@ -1,0 +1,105 @@
+"""A whole server: a session with the model loaded, the service and the HTTP listener."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from app import paths
+from app.engine import ContextSettings
+from app.errors import LlamaDeskError
+from app.server.bridge import ServerSession
+from app.server.config import ServerConfig
+from app.server.http import ApiServer
+from app.server.service import ApiService
+from app.server.store import ConversationStore
+from app.session import LoadedModel
+from app.storage import StateStore
+
+log = logging.getLogger(__name__)
+
+LOAD_TIMEOUT_S = 600.0
+
+
+class ServerRunner:
+    """``start()`` loads the model and binds; ``serve_forever()`` or a background thread
+    answers; ``close()`` stops listening, closes the scratch conversations and shuts the
+    session down (every named conversation's state is saved)."""
+
+    def __init__(
+        self,
+        model_path: Path,
+        settings: ContextSettings,
+        config: ServerConfig,
+        *,
+        persist: bool = True,
+        home: Path | None = None,
+    ) -> None:
+        """``persist``: API conversations in the app's database and their caches in its
+        states folder (``home``: another data folder than the app's, for tests)."""
+        config.validate()
+        self.config = config
+        self.model_path = Path(model_path)
+        self.settings = settings
+        states = home / "states" if home is not None else paths.state_dir()
+        database = home / "llamadesk.sqlite3" if home is not None else paths.database_path()
+        store = StateStore(states) if persist else None
+        self.store = ConversationStore(database) if persist else None
+        self.session = ServerSession(store, None, name="api-session")
+        self.service = ApiService(self.session, config, self.store)
+        self.http: ApiServer | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def start(self) -> LoadedModel:
+        self.session.load_model(str(self.model_path), self.settings)
+        try:
+            loaded = self.service.wait_loaded(LOAD_TIMEOUT_S)
+            self.http = ApiServer(self.service, self.config)
+        except OSError as exc:
+            self.close()
+            raise LlamaDeskError(
+                f"Cannot listen on {self.config.host}:{self.config.port}: {exc.strerror or exc}."
+            ) from None
+        except BaseException:
+            self.close()
+            raise
+        return loaded
+
+    @property
+    def url(self) -> str:
+        assert self.http is not None
+        host = self.config.host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"http://{host}:{self.http.port}"
+
+    def serve_forever(self) -> None:
+        assert self.http is not None
+        self.http.serve_forever(poll_interval=0.2)
+
+    def start_background(self) -> None:
+        self._thread = threading.Thread(target=self.serve_forever, name="api-http", daemon=True)
+        self._thread.start()
+
+    def stop_listening(self) -> None:
+        """Make ``serve_forever`` return (from another thread or a signal handler's thread)."""
+        if self.http is not None:
+            threading.Thread(target=self.http.shutdown, daemon=True).start()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.http is not None:
+            if self._thread is not None:
+                self.http.shutdown()
+                self._thread.join(10.0)
+            self.http.server_close()
+        self.service.close()
+        self.session.shutdown()
+        if not self.session.join(30.0):
+            log.warning("the session did not stop in time")
+        if self.store is not None:
+            self.store.close()

@@ -1,0 +1,124 @@
+"""``llamadesk serve``: the OpenAI-compatible server without a window."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from app.engine_cli import add_schema_args, context_settings, default_model_path
+from app.errors import LlamaDeskError
+from app.settings_schema import CONTEXT_FIELDS
+
+SERVE_CONTEXT = tuple(CONTEXT_FIELDS[name] for name in ("n_ctx", "n_batch", "n_threads"))
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve the model over an OpenAI-compatible HTTP API",
+        description="Serve a model to other programs (OpenAI clients, curl, editors) on "
+        "/v1/chat/completions, /v1/completions, /v1/embeddings and llama-server's /health, "
+        "/props, /tokenize, /detokenize, /apply-template, /slots. Ctrl+C stops it.",
+    )
+    p.add_argument(
+        "model", nargs="?", help="path to a .gguf file (default: the configured or demo model)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: any free port)")
+    p.add_argument(
+        "--api-key",
+        metavar="KEY",
+        default=os.environ.get("LLAMADESK_API_KEY"),
+        help="require 'Authorization: Bearer KEY' (default: $LLAMADESK_API_KEY); needed "
+        "to listen beyond the loopback",
+    )
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=4,
+        metavar="N",
+        help="requests generating at once, decoded together (default 4)",
+    )
+    p.add_argument(
+        "--queue",
+        type=int,
+        default=16,
+        metavar="N",
+        help="requests waiting for a free slot before 503 (default 16)",
+    )
+    p.add_argument(
+        "--resident",
+        type=int,
+        default=0,
+        metavar="N",
+        help="idle API conversations whose caches stay in memory (default 2 x --parallel)",
+    )
+    p.add_argument("--alias", metavar="NAME", help="the model's name in /v1/models")
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="allow browser pages from ORIGIN ('*': any); repeatable (default: CORS off)",
+    )
+    p.add_argument("--embeddings", action="store_true", help="a context that computes embeddings")
+    p.add_argument(
+        "--no-persist",
+        action="store_true",
+        help="keep API conversations and caches in memory only (not in the app's database)",
+    )
+    add_schema_args(p.add_argument_group("context"), SERVE_CONTEXT)
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from app.server import ServerConfig, ServerRunner
+
+    if args.parallel < 1:
+        raise LlamaDeskError(f"--parallel must be at least 1, not {args.parallel}.")
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key or None,
+        parallel=args.parallel,
+        max_queue=args.queue,
+        max_resident=args.resident,
+        cors_origins=tuple(args.cors_origin),
+        model_alias=args.alias,
+    )
+    config.validate()
+    path = Path(args.model) if args.model else default_model_path()
+    n_seq = config.resident + config.parallel
+    if args.embeddings:
+        # The engine's embeddings abort in ggml (GGML_ASSERT ggml_can_mul_mat) when
+        # n_seq_max does not divide n_ubatch (seen with 6 and 17 on a 256 micro-batch):
+        # a power of two up to 16 is safe.
+        n_seq = min(16, 1 << (max(1, n_seq).bit_length() - 1))
+    settings = context_settings(args, n_seq)
+    if args.embeddings:
+        settings.embeddings = True
+    runner = ServerRunner(path, settings, config, persist=not args.no_persist)
+    loaded = runner.start()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        runner.stop_listening()
+
+    previous = signal.signal(signal.SIGTERM, on_signal)
+    print(
+        f"LlamaDesk is serving {Path(loaded.path).name} (context {loaded.n_ctx:,}, "
+        f"{config.parallel} at once) at {runner.url}/v1",
+        flush=True,
+    )
+    try:
+        runner.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        print("LlamaDesk server: stopping (saving the conversations' caches)…", file=sys.stderr)
+        runner.close()
+    return 0

@@ -1,0 +1,301 @@
+"""The API server against llama.cpp's own ``llama-server``, same model, context and threads.
+
+Measures, for each server in the same run:
+
+- aggregate generation tokens/s with 1 and 4 concurrent streaming clients (greedy, a fixed
+  number of tokens each: the benchmark model never ends a reply early);
+- time to first token of a client re-sending a ~2,000-token chat: cold (a new conversation)
+  and warm (the same conversation again with one more user message).
+
+``llama-server`` is built once from the sources vendored in the llama-cpp-python sdist
+(``tools/server``) into the benchmark cache. Prints one JSON object:
+
+    python benchmarks/bench_server.py [--model PATH] [--threads N] [--n-gen G] [--skip-llama-server]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.make_model import CACHE_DIR, ensure_model
+
+VENDOR = Path(
+    os.environ.get(
+        "LLAMADESK_LLAMA_CPP_SRC", "/work/vendor/llama_cpp_python-0.3.36/vendor/llama.cpp"
+    )
+)
+BUILD_DIR = CACHE_DIR / "llama-server-build"
+ROOT = Path(__file__).resolve().parents[1]
+N_CTX = 2048  # the benchmark model was trained for 2,048 (LlamaDesk caps there)
+
+
+def build_llama_server(jobs: int = 2) -> Path:
+    """``llama-server`` built from the vendored sources (cached)."""
+    binary = BUILD_DIR / "bin" / "llama-server"
+    if binary.exists():
+        return binary
+    if not (VENDOR / "tools" / "server").is_dir():
+        raise SystemExit(f"llama.cpp sources not found at {VENDOR}")
+    configure = [
+        "cmake",
+        "-S",
+        str(VENDOR),
+        "-B",
+        str(BUILD_DIR),
+        "-G",
+        "Ninja",
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DLLAMA_BUILD_SERVER=ON",
+        "-DLLAMA_BUILD_TOOLS=ON",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_APP=OFF",
+        "-DLLAMA_BUILD_UI=OFF",
+        "-DLLAMA_USE_PREBUILT_UI=OFF",  # no download of the web UI
+        "-DLLAMA_OPENSSL=OFF",
+        "-DLLAMA_CURL=OFF",
+    ]
+    subprocess.run(configure, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["cmake", "--build", str(BUILD_DIR), "--target", "llama-server", "-j", str(jobs)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return binary
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, name: str, argv: list[str], port: int, env: dict[str, str]) -> None:
+        self.name = name
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(
+            argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT
+        )
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"{name} exited with {self.proc.returncode}")
+            try:
+                if httpx2.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx2.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise SystemExit(f"{name} did not start")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def stream(
+    url: str, messages: list[dict[str, str]], n_gen: int, extra: dict[str, Any]
+) -> Iterator[tuple[float, dict[str, Any]]]:
+    body = {
+        "messages": messages,
+        "max_tokens": n_gen,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **extra,
+    }
+    with (
+        httpx2.Client(timeout=600) as client,
+        client.stream("POST", f"{url}/v1/chat/completions", json=body) as reply,
+    ):
+        if reply.status_code != 200:
+            raise SystemExit(f"{url}: {reply.status_code} {reply.read().decode()[:500]}")
+        for line in reply.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                yield time.perf_counter(), json.loads(line[6:])
+
+
+def generation(url: str, clients: int, n_gen: int) -> dict[str, Any]:
+    """Aggregate tokens/s of ``clients`` concurrent streams (from the first token of any to
+    the last of all) and the tokens each got."""
+    firsts: list[float] = []
+    lasts: list[float] = []
+    counts: list[int] = []
+
+    def run(i: int) -> None:
+        first = last = 0.0
+        n = 0
+        msgs = [{"role": "user", "content": f"client {i}: tell me about llamas."}]
+        for t, chunk in stream(url, msgs, n_gen, {"cache_prompt": False}):
+            usage = chunk.get("usage")
+            if usage:
+                n = int(usage["completion_tokens"])
+            elif chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
+                first = first or t
+                last = t
+        firsts.append(first)
+        lasts.append(last)
+        counts.append(n)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    span = max(lasts) - min(firsts)
+    total = sum(counts)
+    return {
+        "clients": clients,
+        "tokens": total,
+        "seconds": round(span, 3),
+        "tok_s": round(total / span, 2),
+    }
+
+
+def ttft(url: str, messages: list[dict[str, str]], extra: dict[str, Any]) -> tuple[float, Any]:
+    """Seconds to the first answer token, and the server's ``timings`` (cache_n, prompt_n)."""
+    t0 = time.perf_counter()
+    first: float | None = None
+    timings: Any = None
+    for t, chunk in stream(url, messages, 4, extra):
+        if chunk.get("timings"):
+            timings = {k: chunk["timings"].get(k) for k in ("cache_n", "prompt_n", "prompt_ms")}
+        if first is None and chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
+            first = t - t0
+    return (first if first is not None else time.perf_counter() - t0), timings
+
+
+def warm_vs_cold(url: str, name: str, llamadesk: bool) -> dict[str, Any]:
+    """A ~2,000-token chat, its first send (cold) and its re-send with one more message."""
+
+    def count(text: str) -> int:
+        reply = httpx2.post(f"{url}/tokenize", json={"content": text}, timeout=60)
+        return len(reply.json()["tokens"])
+
+    sentence = "the llama is a calm animal and the llama is my friend. "
+    long = sentence * max(1, round(2000 / count(sentence)))
+    history = [{"role": "user", "content": long}]
+    conv = {"conversation": f"bench-{time.time_ns()}"} if llamadesk else {"cache_prompt": True}
+    tokens = list(range(count(long)))
+    cold, cold_timings = ttft(url, history, conv)
+    history += [{"role": "assistant", "content": "Yes."}, {"role": "user", "content": "More?"}]
+    warm, warm_timings = ttft(url, history, conv)
+    return {
+        "prompt_tokens": len(tokens),
+        "cold_ttft_s": round(cold, 4),
+        "warm_ttft_s": round(warm, 4),
+        "cold_timings": cold_timings,
+        "warm_timings": warm_timings,
+        "speedup": round(cold / warm, 1) if warm > 0 else None,
+    }
+
+
+def measure(server: Server, n_gen: int, llamadesk: bool) -> dict[str, Any]:
+    stream_warmup = generation(server.url, 1, 8)  # first-use costs out of the way
+    del stream_warmup
+    return {
+        "gen_1": generation(server.url, 1, n_gen),
+        "gen_4": generation(server.url, 4, n_gen),
+        "resend_2000": warm_vs_cold(server.url, server.name, llamadesk),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", help="a GGUF (default: the 1.1B Q4_0 benchmark model)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--n-gen", type=int, default=64)
+    parser.add_argument("--skip-llama-server", action="store_true")
+    parser.add_argument("--build-only", action="store_true")
+    args = parser.parse_args()
+    if args.build_only:
+        print(build_llama_server())
+        return 0
+    model = Path(args.model) if args.model else ensure_model()
+    result: dict[str, Any] = {
+        "model": str(model),
+        "n_ctx": N_CTX,
+        "threads": args.threads,
+        "n_gen": args.n_gen,
+    }
+    common = ["-c", str(N_CTX), "-t", str(args.threads), "--parallel", "4"]
+    env = dict(os.environ)
+    home = CACHE_DIR / "bench-server-home"
+    home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    ours = Server(
+        "llamadesk",
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "serve",
+            str(model),
+            "--port",
+            str(port),
+            *common,
+            "--resident",
+            "4",
+        ],
+        port,
+        dict(env, LLAMADESK_HOME=str(home)),
+    )
+    try:
+        result["llamadesk"] = measure(ours, args.n_gen, llamadesk=True)
+    finally:
+        ours.close()
+    if not args.skip_llama_server:
+        binary = build_llama_server()
+        port = free_port()
+        theirs = Server(
+            "llama-server",
+            [
+                str(binary),
+                "-m",
+                str(model),
+                "--port",
+                str(port),
+                *common,
+                "-tb",
+                str(args.threads),
+                "-b",
+                "512",
+                "-ub",
+                "512",
+                "--no-webui",
+                "--kv-unified",
+            ],
+            port,
+            env,
+        )
+        try:
+            result["llama_server"] = measure(theirs, args.n_gen, llamadesk=False)
+        finally:
+            theirs.close()
+        for key in ("gen_1", "gen_4"):
+            ratio = result["llamadesk"][key]["tok_s"] / result["llama_server"][key]["tok_s"]
+            result[f"{key}_ratio"] = round(ratio, 3)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
