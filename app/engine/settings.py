@@ -183,6 +183,15 @@ class ContextSettings:
                 f"{self.n_ctx // self.n_seq_max} tokens: raise n_ctx or use a unified cache.",
                 ("kv_unified", "n_ctx", "n_seq_max"),
             )
+        if self.embeddings and self.n_ubatch % self.n_seq_max:
+            # llama.cpp aborts the process (GGML_ASSERT in the pooling's mul_mat) when it
+            # splits a micro-batch of embeddings over sequences that do not divide it.
+            raise SettingsError(
+                "n_ubatch",
+                f"With embeddings on, the micro-batch size (n_ubatch = {self.n_ubatch}) must be "
+                f"a multiple of the parallel sequences (n_seq_max = {self.n_seq_max}).",
+                ("n_ubatch", "n_seq_max"),
+            )
         if model is not None:
             head_dim_k, head_dim_v = model.head_dim_k, model.head_dim_v
             for name, label, kind, dim in (

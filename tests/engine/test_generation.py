@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from app.engine import ContextError, Engine, SamplingParams, TokenText
+from app.engine.settings import SettingsError
 from tests.support.settings import small_settings
 
 
@@ -121,6 +122,17 @@ def test_embeddings_are_pooled_per_text(tiny_model: Path) -> None:
         assert np.allclose(a, a2, atol=1e-5)
         assert not np.allclose(a, b)
         assert np.linalg.norm(a) == pytest.approx(1.0, rel=1e-4)
+
+
+def test_embeddings_with_sequences_that_do_not_divide_the_micro_batch_are_refused(
+    tiny_model: Path,
+) -> None:
+    # llama.cpp aborts the whole process there (measured: n_ubatch 256 with n_seq_max 3, 5,
+    # 6; 64 with 6), so the settings refuse it first, naming both fields.
+    settings = small_settings(embeddings=True, pooling_type="mean", n_ubatch=64, n_seq_max=6)
+    with pytest.raises(SettingsError, match="multiple of the parallel sequences") as caught:
+        Engine.open(tiny_model, settings)
+    assert caught.value.fields == ("n_ubatch", "n_seq_max")
 
 
 def test_next_turn_keeps_the_sampled_tokens_of_the_reply() -> None:
