@@ -149,6 +149,9 @@ class _CatalogList(QFrame):
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.setObjectName("welcome-catalog")
+        # Between two stretches the frame would shrink to its narrowest, and word-wrapped
+        # labels that narrow are cut off: give the list a reading width.
+        self.setMinimumWidth(600)
         self.setMaximumWidth(720)
         layout = QVBoxLayout(self)
         title = QLabel("<b>Get a model</b>")
