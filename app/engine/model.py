@@ -17,7 +17,7 @@ from pathlib import Path
 import llama_cpp
 
 from app.engine import llama_log
-from app.engine.errors import ModelLoadError
+from app.engine.errors import EngineError, ModelLoadError
 from app.engine.metadata import ModelInfo, check_gguf_file, fingerprint, read_model_info
 from app.engine.settings import ModelSettings
 
@@ -160,6 +160,12 @@ class Model:
         return data
 
     def detokenize(self, tokens: list[int], special: bool = False) -> str:
+        # llama.cpp aborts the process on a token id outside the vocabulary: check first.
+        bad = next((t for t in tokens if not self.valid_token(t)), None)
+        if bad is not None:
+            raise EngineError(
+                f"Token id {bad} is not in this model's vocabulary (0..{self.n_vocab - 1})."
+            )
         return b"".join(self.piece(t, special) for t in tokens).decode("utf-8", errors="replace")
 
     def is_eog(self, token: int) -> bool:
@@ -169,7 +175,7 @@ class Model:
         return cached
 
     def valid_token(self, token: int) -> bool:
-        return 0 <= token < self.n_vocab
+        return isinstance(token, int) and 0 <= token < self.n_vocab
 
     def close(self) -> None:
         handle = getattr(self, "handle", None)

@@ -1,8 +1,7 @@
-"""An OpenAI- and llama-server-compatible HTTP server: another client of the session.
+"""An OpenAI- and llama-server-compatible HTTP server: another client of the session
+(engine calls through ``Session.call``, token prompts through ``Session.submit_tokens``).
 
 - :mod:`app.server.config` - :class:`ServerConfig` (host, key, bounds), checked before binding
-- :mod:`app.server.bridge` - :class:`ServerSession`: the session plus engine calls and
-  raw-prompt turns
 - :mod:`app.server.params` - request bodies -> typed requests (sampling from the schema)
 - :mod:`app.server.pool` - which conversation serves a request (warm caches)
 - :mod:`app.server.store` - API conversations in the app's database

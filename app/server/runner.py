@@ -9,12 +9,11 @@ from pathlib import Path
 from app import paths
 from app.engine import ContextSettings
 from app.errors import LlamaDeskError
-from app.server.bridge import ServerSession
 from app.server.config import ServerConfig
 from app.server.http import ApiServer
 from app.server.service import ApiService
 from app.server.store import ConversationStore
-from app.session import LoadedModel
+from app.session import LoadedModel, Session
 from app.storage import StateStore
 
 log = logging.getLogger(__name__)
@@ -46,7 +45,7 @@ class ServerRunner:
         database = home / "llamadesk.sqlite3" if home is not None else paths.database_path()
         store = StateStore(states) if persist else None
         self.store = ConversationStore(database) if persist else None
-        self.session = ServerSession(store, None, name="api-session")
+        self.session = Session(store, None, name="api-session")
         self.service = ApiService(self.session, config, self.store)
         self.http: ApiServer | None = None
         self._thread: threading.Thread | None = None

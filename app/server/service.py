@@ -1,9 +1,9 @@
 """The endpoints, independent of HTTP: requests in, response objects or streams out.
 
-One :class:`ApiService` is a client of one :class:`~app.server.bridge.ServerSession`:
+One :class:`ApiService` is a client of one :class:`~app.session.Session`:
 generation goes through the session's conversations (so API requests and the window's tabs
 share the one batched engine step); tokenizing, templates and embeddings run on the
-session thread through :meth:`ServerSession.call`.
+session thread through :meth:`Session.call`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from app import __version__
 from app.engine import Engine, SamplingParams
 from app.engine.reasoning import Channel
 from app.errors import LlamaDeskError
-from app.server.bridge import NoModelError, ServerSession
 from app.server.config import ServerConfig
 from app.server.errors import ApiError, bad_request, server_error, unavailable
 from app.server.params import (
@@ -39,7 +38,7 @@ from app.server.params import (
 )
 from app.server.pool import ApiConversation, ConversationPool
 from app.server.store import ConversationStore
-from app.session import ChatMessage, FinishReason, LoadedModel, TurnResult
+from app.session import ChatMessage, FinishReason, LoadedModel, NoModelError, Session, TurnResult
 from app.session import events as ev
 from app.settings_schema import api_parameters
 
@@ -140,7 +139,7 @@ class Admission:
 
 class ApiService:
     def __init__(
-        self, session: ServerSession, config: ServerConfig, store: ConversationStore | None
+        self, session: Session, config: ServerConfig, store: ConversationStore | None
     ) -> None:
         self.session = session
         self.config = config
@@ -483,7 +482,7 @@ class ApiService:
                     conv.cid, req.messages, req.system, req.sampling, req.reasoning
                 )
             else:
-                turn = self.session.submit_prompt(conv.cid, tokens, req.sampling)
+                turn = self.session.submit_tokens(conv.cid, tokens, req.sampling)
             started = False
             deadline = time.monotonic() + self.config.turn_timeout_s
             answer: list[str] = []

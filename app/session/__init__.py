@@ -6,7 +6,7 @@ and events (:mod:`app.session.events`) are frozen dataclasses and enums.
 """
 
 from app.session import commands, events
-from app.session.session import ConversationCallback, Session, SessionCallback
+from app.session.session import ConversationCallback, NoModelError, Session, SessionCallback
 from app.session.types import (
     ChatMessage,
     ContextFullPolicy,
@@ -29,6 +29,7 @@ __all__ = [
     "ConversationSnapshot",
     "FinishReason",
     "LoadedModel",
+    "NoModelError",
     "RestoreOutcome",
     "Session",
     "SessionCallback",

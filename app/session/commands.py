@@ -5,8 +5,10 @@ The ``Session`` methods build and enqueue these; a client may also ``Session.pos
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from app.engine import ContextSettings, SamplingParams
 from app.engine.chat_template import ReasoningOptions
@@ -18,6 +20,9 @@ from app.session.types import (
     ConversationSnapshot,
     TurnId,
 )
+
+if TYPE_CHECKING:
+    from app.engine import Engine
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,26 @@ class SubmitText:
     append: bool = False
     sampling: SamplingParams = field(default_factory=SamplingParams)
     reply_id: int | None = None
+
+
+@dataclass(frozen=True)
+class SubmitTokens:
+    """Generate after a prompt given as token ids (the API server's ``/v1/completions``)."""
+
+    conversation_id: ConversationId
+    turn_id: TurnId
+    tokens: tuple[int, ...]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    reply_id: int | None = None
+
+
+@dataclass(frozen=True)
+class EngineCall:
+    """Run ``fn(engine)`` on the session thread between steps (tokenize, detokenize, render
+    a template, embeddings); its result or exception comes back in ``reply``."""
+
+    fn: Callable[[Engine], Any]
+    reply: Future[Any]
 
 
 @dataclass(frozen=True)
@@ -157,6 +182,8 @@ Command = (
     | CloseConversation
     | SubmitTurn
     | SubmitText
+    | SubmitTokens
+    | EngineCall
     | Regenerate
     | ForkConversation
     | SetPolicy

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from app.engine import (
     ContextSettings,
@@ -70,6 +71,12 @@ STREAM_INTERVAL_S = 0.012  # streamed text is handed out at most this often per 
 STATS_INTERVAL_S = 0.25  # memory figures and sequence status at most this often
 SHUTDOWN_STEP_S = 1.0  # how long stopped generations may take to wind down
 _NO_MODEL = "No model is loaded. Load a model in the model manager first."
+
+T = TypeVar("T")
+
+
+class NoModelError(LlamaDeskError):
+    """A :meth:`Session.call` while no model is loaded."""
 
 
 @dataclass
@@ -232,6 +239,29 @@ class Session:
             )
         )
         return turn
+
+    def submit_tokens(
+        self,
+        conversation_id: int,
+        tokens: tuple[int, ...],
+        sampling: SamplingParams | None = None,
+        *,
+        reply_id: int | None = None,
+    ) -> TurnId:
+        """Generate after a prompt of token ids (checked against the vocabulary)."""
+        cid = ConversationId(conversation_id)
+        turn = self._new_turn(cid)
+        params = sampling if sampling is not None else SamplingParams()
+        self.post(cmd.SubmitTokens(cid, turn, tuple(tokens), params, reply_id))
+        return turn
+
+    def call(self, fn: Callable[[Engine], T]) -> Future[T]:
+        """Run ``fn(engine)`` on the session thread between steps; the future holds its
+        result or error (:class:`NoModelError` while no model is loaded). For short work:
+        every conversation waits meanwhile."""
+        future: Future[T] = Future()
+        self.post(cmd.EngineCall(fn, future))
+        return future
 
     def submit_text(
         self,
@@ -432,6 +462,10 @@ class Session:
                     self._submit(command)
                 case cmd.SubmitText():
                     self._submit_text(command)
+                case cmd.SubmitTokens():
+                    self._submit_tokens(command)
+                case cmd.EngineCall():
+                    self._engine_call(command)
                 case cmd.Regenerate():
                     self._regenerate(command)
                 case cmd.ForkConversation():
@@ -725,6 +759,28 @@ class Session:
             queue_prompt,
             None,
         )
+
+    def _submit_tokens(self, command: cmd.SubmitTokens) -> None:
+        self._start_turn(
+            command.conversation_id,
+            command.turn_id,
+            command.sampling,
+            command.reply_id,
+            lambda engine, key: engine.set_tokens(key, list(command.tokens)),
+            None,
+        )
+
+    def _engine_call(self, command: cmd.EngineCall) -> None:
+        if not command.reply.set_running_or_notify_cancel():
+            return
+        engine = self._engine
+        if engine is None or engine.context is None:
+            command.reply.set_exception(NoModelError(_NO_MODEL))
+            return
+        try:
+            command.reply.set_result(command.fn(engine))
+        except BaseException as exc:  # the caller's function: its error is its result
+            command.reply.set_exception(exc)
 
     def _start_turn(
         self,

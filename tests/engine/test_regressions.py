@@ -178,3 +178,13 @@ def test_errors_from_bad_arguments_are_sentences(engine: Engine, tmp_path: Path)
     engine.run_until_done(key)
     with pytest.raises(StateError, match="cannot be written"):
         engine.save_state_file(key, "/proc/nonexistent/dir/state.bin")
+
+
+def test_detokenizing_an_id_outside_the_vocabulary_is_a_sentence(engine: Engine) -> None:
+    # llama_token_to_piece aborts the process on it (found through the API's /detokenize).
+    from app.engine import EngineError
+
+    with pytest.raises(EngineError, match="not in this model's vocabulary"):
+        engine.detokenize([1, 10**9])
+    with pytest.raises(EngineError, match="not in this model's vocabulary"):
+        engine.detokenize([-5])

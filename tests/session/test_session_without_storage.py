@@ -177,3 +177,19 @@ def test_a_load_without_fallback_fails_on_settings_the_model_refuses(
     rec.wait(lambda: bool(rec.session_of(ev.ModelLoaded)))
     (ok,) = rec.session_of(ev.ModelLoaded)
     assert isinstance(ok, ev.ModelLoaded) and ok.warning and "default" in ok.warning
+
+
+def test_engine_calls_and_token_prompts(session: Session, tiny_model: Path) -> None:
+    from app.session import NoModelError
+
+    with pytest.raises(NoModelError):
+        session.call(lambda engine: engine.tokenize("hello")).result(TIMEOUT)
+    rec = loaded(session, tiny_model)
+    tokens = session.call(lambda engine: engine.tokenize("hello world")).result(TIMEOUT)
+    assert tokens and all(isinstance(t, int) for t in tokens)
+    with pytest.raises(LlamaDeskError):  # the function's own error comes back
+        session.call(lambda engine: engine.detokenize([10**9])).result(TIMEOUT)
+    rec.follow(1)
+    session.submit_tokens(1, tuple(tokens), GREEDY)
+    result = rec.finish(1)
+    assert list(result.tokens) == engine_tokens(tiny_model, "hello world", GREEDY)
