@@ -66,7 +66,7 @@ def main() -> int:
         QTimer,
         Slot,
     )
-    from PySide6.QtWidgets import QApplication
+    from PySide6.QtWidgets import QApplication, QLabel
 
     QLoggingCategory.setFilterRules("qt.text.font.db.warning=false")
     app = QApplication.instance() or QApplication([])
@@ -126,7 +126,17 @@ def main() -> int:
 
     class PaintProbe(QObject):
         def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-            if event.type() == QEvent.Type.Paint and pending and watched.objectName() == "content":
+            # The message's text labels: the live tail ("content") and, while a long
+            # paragraph streams, the pieces frozen before it ("chunk").
+            if (
+                event.type() == QEvent.Type.Paint
+                and pending
+                and watched.objectName()
+                in (
+                    "content",
+                    "chunk",
+                )
+            ):
                 # measured after the paint: filter the event, paint, then timestamp
                 watched.removeEventFilter(self)
                 try:
@@ -147,9 +157,10 @@ def main() -> int:
         widget = tab.view.last() if tab is not None else None
         if widget is None:
             return
-        if id(widget.content) not in probed:
-            widget.content.installEventFilter(probe)
-            probed.add(id(widget.content))
+        for label in widget.findChildren(QLabel):
+            if label.objectName() in ("content", "chunk") and id(label) not in probed:
+                label.installEventFilter(probe)
+                probed.add(id(label))
         pending.append(sampled_at)
 
     window.paint_hook = on_painted
