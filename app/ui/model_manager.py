@@ -69,10 +69,16 @@ COLUMNS = (
     "Trained context",
     "Chat template",
     "Last used",
+    "Fit",
     "File",
     "Status",
 )
-_COL_NAME, _COL_FILE, _COL_STATUS = 0, len(COLUMNS) - 2, len(COLUMNS) - 1
+_COL_NAME, _COL_FIT, _COL_FILE, _COL_STATUS = (
+    0,
+    len(COLUMNS) - 3,
+    len(COLUMNS) - 2,
+    len(COLUMNS) - 1,
+)
 _PATH_ROLE = Qt.ItemDataRole.UserRole
 _BROKEN_ROLE = Qt.ItemDataRole.UserRole + 1
 
@@ -230,6 +236,7 @@ class ModelManager(QWidget):
     def __init__(self, db: Database, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._db = db
+        self._free_cache, self._free_at = 0, -1e9
         self._entries: list[ModelEntry] = []
         self._loaded_path: str | None = None
         self._loading_path: str | None = None
@@ -560,6 +567,16 @@ class ModelManager(QWidget):
                 if item is not None and item.data(_BROKEN_ROLE):
                     item.setForeground(QColor(error))
 
+    @property
+    def _free_memory(self) -> int:
+        """Free memory, read once a listing (a model fits or not against the same figure)."""
+        from app.hub.fit import available_memory
+
+        now = time.monotonic()
+        if now - self._free_at > 5.0:
+            self._free_cache, self._free_at = available_memory(), now
+        return self._free_cache
+
     def _fill_row(self, row: int, entry: ModelEntry) -> None:
         meta = entry.metadata if entry.error is None and entry.metadata is not None else None
         name_item = QTableWidgetItem()
@@ -578,6 +595,7 @@ class ModelManager(QWidget):
             for col in range(2, _COL_FILE):
                 self._table.setItem(row, col, QTableWidgetItem())
             self._table.setSpan(row, 1, 1, _COL_FILE - 1)
+            fit = None
         else:
             display = str(meta.get("name") or "") or Path(entry.path).stem
             name_item.setText(display)
@@ -598,6 +616,9 @@ class ModelManager(QWidget):
                 )
             for col, item in enumerate(values):
                 self._table.setItem(row, col, item)
+            fit = _fit_item(entry.size, meta, self._free_memory, QColor(colors(self).error))
+        if fit is not None:
+            self._table.setItem(row, _COL_FIT, fit)
         name_item.setToolTip(tip)
         file_item = QTableWidgetItem(entry.name)  # two quantizations of one model differ here
         file_item.setToolTip(entry.path)
@@ -855,3 +876,21 @@ def _when(timestamp: float | None) -> str:
 
 def _html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _fit_item(size: int, meta: Mapping[str, Any], free: int, error: QColor) -> QTableWidgetItem:
+    """The fit verdict before loading: weights + what the engine would allocate for the
+    default context (by architecture family) + a compute buffer, against free memory."""
+    from app.hub.fit import estimate
+
+    try:
+        fit = estimate(size, ModelInfo.from_dict(dict(meta)), available=free)
+    except (TypeError, ValueError, KeyError):  # metadata cached by another version
+        fit = estimate(size, None, available=free)
+    item = QTableWidgetItem(
+        {"fits": "Fits", "tight": "Tight", "will not fit": "Will not fit"}[fit.verdict]
+    )
+    item.setToolTip(fit.sentence)
+    if fit.verdict == "will not fit":
+        item.setForeground(error)
+    return item

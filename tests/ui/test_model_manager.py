@@ -153,6 +153,11 @@ def test_folder_lists_good_and_broken_files(
     assert alpha[0] == "Alpha Tiny" and alpha[1] == "llama"
     assert alpha[3] == "F32" and alpha[5] == "2,048" and alpha[6] == "Yes"
     assert alpha[7] == "Never"
+    # The fit verdict before loading: a tiny model fits any machine these tests run on.
+    fit_col = COLUMNS.index("Fit")
+    assert alpha[fit_col] == "Fits"
+    fit_item = item(table(manager), row_of(manager, "alpha.gguf"), fit_col)
+    assert fit_item.toolTip().startswith("Fits: needs about")
     assert listed["beta.gguf"][6] == "No" and listed["beta.gguf"][5] == "4,096"
     broken = listed["broken.gguf"]
     assert "empty (0 bytes)" in broken[1] and broken[-1] == "Broken"
