@@ -338,6 +338,8 @@ class Engine:
         dst.ready = src.ready
         kept = self._snapshots.truncate(dst, n_tokens)
         dst.pending = src.tokens[kept:n_tokens]
+        if kept < n_tokens and ctx.traits.needs_checkpoints:
+            dst.checkpoint_at = {n_tokens}  # re-processed up to the fork point: keep it there
         if n_tokens == len(src.tokens):
             dst.pending += src.pending
         return dst.key

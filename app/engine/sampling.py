@@ -6,13 +6,51 @@ its sequence; after a restore it is rebuilt and fed the recent tokens again.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
 
 import llama_cpp
 import numpy as np
 
 from app.engine.errors import ContextError
 from app.engine.settings import SamplingParams
+
+
+@contextlib.contextmanager
+def _stderr_captured() -> Iterator[Callable[[], str]]:
+    """What C code writes to file descriptor 2 meanwhile (llama.cpp's grammar parser
+    fprintf's its error followed by the whole grammar there, bypassing the log callback)."""
+    text: list[str] = []
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no usable stderr: nothing to keep clean
+        yield lambda: ""
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lambda: "".join(text)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text.append(sink.read().decode("utf-8", errors="replace"))
+
+
+def _grammar_error(said: str) -> str:
+    """A sentence from the parser's first line ("parse: error parsing grammar: expecting ::=
+    at ...")."""
+    first = said.strip().splitlines()[0] if said.strip() else ""
+    reason = first.split("error parsing grammar:", 1)[-1].strip() if first else ""
+    if len(reason) > 120:
+        reason = reason[:117] + "..."
+    detail = f": {reason}" if reason else ""
+    return f"The grammar is not valid GBNF{detail} (llama.cpp could not parse it)."
 
 
 class Sampler:
@@ -31,13 +69,12 @@ class Sampler:
         self.handle = chain
         try:
             if params.grammar:
-                grammar = llama_cpp.llama_sampler_init_grammar(
-                    vocab, params.grammar.encode("utf-8"), b"root"
-                )
-                if not grammar:
-                    raise ContextError(
-                        "The grammar is not valid GBNF (llama.cpp could not parse it); check its 'root' rule."
+                with _stderr_captured() as said:
+                    grammar = llama_cpp.llama_sampler_init_grammar(
+                        vocab, params.grammar.encode("utf-8"), b"root"
                     )
+                if not grammar:
+                    raise ContextError(_grammar_error(said()))
                 llama_cpp.llama_sampler_chain_add(chain, grammar)
             if (
                 params.repeat_penalty != 1.0

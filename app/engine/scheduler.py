@@ -61,7 +61,11 @@ class Scheduler:
         if params.repeat_penalty != 1.0 or params.frequency_penalty or params.presence_penalty:
             if not params.grammar:  # the grammar must not see the prompt
                 last_n = n_ctx_seq if params.repeat_last_n < 0 else params.repeat_last_n
-                history = (seq.tokens + seq.pending[:-1])[-last_n:] if last_n else []
+                # The prompt but its last token, whether that token is queued or a
+                # checkpoint's logits stand for it (a regenerate must see what the first
+                # reply saw).
+                before = (seq.tokens + seq.pending)[:-1]
+                history = before[-last_n:] if last_n else []
                 for token in history:
                     seq.sampler.accept(token)
         seq.params = params
@@ -156,8 +160,7 @@ class Scheduler:
             # an empty sequence and decode what it held again (the encoder output was lost,
             # e.g. by a context rebuild or another sequence's turn).
             ctx.seq_rm(seq.seq_id, -1, -1)
-            seq.pending = seq.tokens + seq.pending
-            seq.tokens = []
+            seq.requeue_all()
         ctx.batch.clear()
         ctx.batch.add_span(seq.encoder_input, 0, seq.seq_id, False)
         ctx.batch.mark_all_outputs()

@@ -98,7 +98,7 @@ class Snapshots:
         if logits is not None:
             ready = seq.ready
             same = ready is not None and ready.n_tokens == len(seq.tokens)
-            raw = ready.data if ready is not None and same else logits.astype(np.float32).tobytes()
+            raw = ready.data if ready is not None and same else logits.tobytes()
         seq.checkpoints.add(Checkpoint(len(seq.tokens), blob, raw))
 
     # ------------------------------------------------------------ whole sequence states
