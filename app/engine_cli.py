@@ -173,10 +173,18 @@ def register(sub: Any) -> None:
         description="Prompt tokens/s, generation tokens/s for 1 and N tabs, and the time to save, "
         "restore and re-process a long sequence.",
     )
-    p.add_argument("model", nargs="?", help="path to a .gguf file (default: the demo model)")
-    p.add_argument("--tabs", type=int, default=4, metavar="N")
-    p.add_argument("--n-prompt", type=int, default=512, metavar="P")
-    p.add_argument("--n-gen", type=int, default=64, metavar="G")
+    p.add_argument(
+        "model", nargs="?", help="path to a .gguf file (default: the configured or demo model)"
+    )
+    p.add_argument(
+        "--tabs", type=int, default=4, metavar="N", help="tabs generating together (default 4)"
+    )
+    p.add_argument(
+        "--n-prompt", type=int, default=512, metavar="P", help="prompt tokens (default 512)"
+    )
+    p.add_argument(
+        "--n-gen", type=int, default=64, metavar="G", help="generated tokens per tab (default 64)"
+    )
     p.add_argument(
         "--n-state",
         type=int,
@@ -185,7 +193,7 @@ def register(sub: Any) -> None:
         help="tokens in the save/restore test (default 2000)",
     )
     add_schema_args(p, BENCH_CONTEXT)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_bench)
 
 
@@ -282,6 +290,8 @@ def sampling_params(args: argparse.Namespace, grammar: str | None = None) -> Sam
 def _read_grammar(path: str | None) -> str | None:
     if path is None:
         return None
+    if not Path(path).is_file():
+        raise LlamaDeskError(f"The grammar file {path} does not exist or is not a file.")
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -34,7 +34,12 @@ def register(sub: Any) -> None:
     p.add_argument("--revision", default="main", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_pull)
 
-    p = sub.add_parser("models", help="list the model library")
+    p = sub.add_parser(
+        "models",
+        help="list the model library",
+        description="List the model library: file, size, quantization, architecture and "
+        "whether each file fits this machine's memory.",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_models)
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from app.engine_cli import add_schema_args, context_settings, default_model_path
-from app.errors import LlamaDeskError
 from app.settings_schema import CONTEXT_FIELDS
 
 SERVE_CONTEXT = tuple(CONTEXT_FIELDS[name] for name in ("n_ctx", "n_batch", "n_threads"))
@@ -78,8 +77,6 @@ def register(sub: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from app.server import ServerConfig, ServerRunner
 
-    if args.parallel < 1:
-        raise LlamaDeskError(f"--parallel must be at least 1, not {args.parallel}.")
     config = ServerConfig(
         host=args.host,
         port=args.port,

@@ -734,7 +734,9 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _mb(n: int) -> str:
-    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{max(n, 0) / 1e6:.0f} MB"
+    from app.settings_schema import format_bytes
+
+    return format_bytes(max(n, 0))
 
 
 __all__ = ["DownloadManager", "DownloadRequest", "JobStatus"]

@@ -45,6 +45,10 @@ class ServerConfig:
             raise LlamaDeskError(f"--parallel must be between 1 and 256, not {self.parallel}.")
         if self.max_queue < 0:
             raise LlamaDeskError(f"The request queue cannot be negative ({self.max_queue}).")
+        if self.max_resident < 0:
+            raise LlamaDeskError(
+                f"--resident must be 0 (twice --parallel) or more, not {self.max_resident}."
+            )
         if self.api_key is not None and not self.api_key.strip():
             raise LlamaDeskError("The API key is empty; give a key or leave --api-key out.")
         if not is_loopback(self.host) and not self.api_key:

@@ -237,7 +237,7 @@ class ApiHandler(BaseHTTPRequestHandler):
             return True
         host = self.headers.get("Host", "")
         name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        return name.lower() in LOOPBACK_NAMES
+        return name.lower().removesuffix(".") in LOOPBACK_NAMES
 
     def _dispatch(self, method: str) -> None:
         path = urlsplit(self.path).path.rstrip("/") or "/"

@@ -10,6 +10,7 @@ downloaded before a click on Download; the bytes go through the window's
 
 from __future__ import annotations
 
+import html
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -370,7 +371,7 @@ class DiscoverDialog(QDialog):
         self._recommended = None
         self.files_tree.clear()
         self.fit_label.setText("")
-        self.repo_label.setText(f"<b>{_html(repo_id)}</b>: reading the file list…")
+        self.repo_label.setText(f"<b>{html.escape(repo_id)}</b>: reading the file list…")
         settings = self._context_settings() if self._context_settings is not None else None
         self._start()
 
@@ -409,21 +410,23 @@ class DiscoverDialog(QDialog):
         if not isinstance(answer, _Answer) or answer.token != self._details_token:
             return
         if answer.error:
-            self.repo_label.setText(_html(answer.error))
+            self.repo_label.setText(html.escape(answer.error))
             self._set_status(answer.error, error=True)
             return
         details, fits = answer.value
         self._details = details
         lic = details.license or "unknown"
         access = _access(details.gated, details.private)
-        text = f"<b>{_html(details.repo_id)}</b> · licence {_html(lic)} · {_html(access)}"
+        text = f"<b>{html.escape(details.repo_id)}</b> · licence {html.escape(lic)} · {html.escape(access)}"
         if details.gated:
             text += (
                 "<br>This repository is gated: accept the licence on its Hugging Face page, "
                 "then add a token."
             )
         if details.incomplete_splits:
-            text += "<br>Left out (parts missing): " + _html(", ".join(details.incomplete_splits))
+            text += "<br>Left out (parts missing): " + html.escape(
+                ", ".join(details.incomplete_splits)
+            )
         self.repo_label.setText(text)
         self._show_fits(fits)
 
@@ -538,7 +541,3 @@ class DiscoverDialog(QDialog):
     def _set_status(self, text: str, error: bool = False) -> None:
         self.status_label.setText(text)
         self.status_label.setStyleSheet(f"color: {colors(self).error};" if error else "")
-
-
-def _html(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

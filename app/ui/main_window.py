@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import logging
 import time
 from pathlib import Path
@@ -40,6 +41,7 @@ from app.engine import ContextSettings, ModelInfo
 from app.errors import LlamaDeskError
 from app.session import ContextFullPolicy, LoadedModel, Session
 from app.session import events as ev
+from app.settings_schema import format_bytes
 from app.storage import AppSettings, Database, StateStore, Tab, load_settings, save_settings
 from app.ui.chat_tab import ChatTab, chat_messages
 from app.ui.downloads_panel import Downloads
@@ -60,14 +62,6 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL_MS = 30  # streamed text is painted at most ~33 times a second
 SHUTDOWN_TIMEOUT_MS = 1500  # the worker gets this long to save the tabs' states
 PURGE_AFTER_S = 7 * 86400  # deleted conversations are purged for good after a week
-
-
-def format_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
 
 
 class WelcomePage(QWidget):
@@ -185,8 +179,8 @@ class _CatalogList(QFrame):
             row = QHBoxLayout()
             size = f" · {format_bytes(float(model.size))}" if model.size else ""
             label = QLabel(
-                f"<b>{_html(model.name)}</b> · {_html(model.params)} · {_html(model.quant)}"
-                f"{size}<br>{_html(model.good_at)}"
+                f"<b>{html.escape(model.name)}</b> · {html.escape(model.params)} · {html.escape(model.quant)}"
+                f"{size}<br>{html.escape(model.good_at)}"
             )
             label.setWordWrap(True)
             label.setToolTip(f"{model.repository}/{model.file}")
@@ -202,10 +196,6 @@ class _CatalogList(QFrame):
         more.setObjectName("welcome-discover")
         more.clicked.connect(window.show_discover)
         layout.addWidget(more, 0, Qt.AlignmentFlag.AlignLeft)
-
-
-def _html(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 class MainWindow(QMainWindow):

@@ -14,6 +14,7 @@ path, and the main window reports back with :meth:`ModelManager.set_loading`,
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import os
@@ -665,7 +666,7 @@ class ModelManager(QWidget):
             if _same_file_key(entry.path) == key and entry.metadata:
                 name = str(entry.metadata.get("name") or "") or name
                 break
-        self._loaded_label.setText(f"Loaded: <b>{_html(name)}</b>")
+        self._loaded_label.setText(f"Loaded: <b>{html.escape(name)}</b>")
         self._loaded_label.setToolTip(self._loaded_path)
 
     def _update_empty_text(self) -> None:
@@ -872,10 +873,6 @@ def _when(timestamp: float | None) -> str:
     if time.strftime("%Y-%m-%d", local) == time.strftime("%Y-%m-%d", time.localtime(now)):
         return time.strftime("Today %H:%M", local)
     return time.strftime("%Y-%m-%d %H:%M", local)
-
-
-def _html(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _fit_item(size: int, meta: Mapping[str, Any], free: int, error: QColor) -> QTableWidgetItem:

@@ -15,6 +15,7 @@ Presets are only requested here (:attr:`presetSaveRequested`,
 from __future__ import annotations
 
 import dataclasses
+import html
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
@@ -487,9 +488,9 @@ class SettingsPanel(QDialog):
                 "<b>No model loaded.</b> Checks that depend on the model run when one is loaded."
             )
             return
-        parts = [f"<b>{_html(info.display_name)}</b>"]
+        parts = [f"<b>{html.escape(info.display_name)}</b>"]
         if info.architecture:
-            parts.append(_html(info.architecture))
+            parts.append(html.escape(info.architecture))
         if info.n_params:
             parts.append(f"{info.params_label} parameters")
         if info.n_ctx_train:
@@ -647,7 +648,3 @@ def _make_secondary(label: QLabel) -> None:
         QPalette.ColorRole.WindowText, palette.color(QPalette.ColorRole.PlaceholderText)
     )
     label.setPalette(palette)
-
-
-def _html(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
