@@ -13,6 +13,7 @@ the engine with each turn.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import Qt, QTimer, Signal, Slot
@@ -29,6 +30,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from shiboken6 import isValid
 
 from app.engine import SamplingParams
 from app.engine.reasoning import Channel
@@ -47,6 +49,7 @@ from app.session.types import DEFAULT_EFFORT, EFFORT_KEY, POLICY_KEY, THINKING_K
 from app.storage import Conversation, Database, Message
 from app.ui.chat_view import ChatView, MessageData
 from app.ui.composer import Composer, ConversationSettings
+from app.ui.message_bar import MessageBar
 
 if TYPE_CHECKING:
     from app.session import Session
@@ -55,6 +58,9 @@ if TYPE_CHECKING:
 # The tab's "When full" choice is kept with the conversation's settings (POLICY_KEY: the
 # engine's SamplingParams ignores keys it does not know).
 _RESTORE_REASON_CHARS = 90
+# Messages from this length on show their token count before they are sent.
+TOKEN_HINT_MIN_CHARS = 400
+TOKEN_COUNT_DELAY_MS = 350
 
 
 class TabHost(Protocol):
@@ -166,6 +172,7 @@ class ChatTab(QWidget):
         self._gen_started = 0.0
         self.info: dict[str, Any] = {}
         self._turns_since_open = 0
+        self._compact = False
         self.last_completion: TurnResult | None = None
         self._stream = host.worker.stream(self.cid)
         self._stream.received.connect(self.on_event)
@@ -177,6 +184,12 @@ class ChatTab(QWidget):
         self.view = ChatView(self)
         self.view.action.connect(self._on_action)
         layout.addWidget(self.view, 1)
+
+        # Notices about this conversation stay in its tab (a background tab's error is
+        # seen when the tab is, and nothing above the tab bar moves).
+        self.notice = MessageBar(self)
+        self.notice.setObjectName("tab-notice")
+        layout.addWidget(self.notice)
 
         # status line: context meter, state, what happens when full, settings toggle
         status = QHBoxLayout()
@@ -194,15 +207,19 @@ class ChatTab(QWidget):
         self.state_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.policy = QComboBox()
         self.policy.setObjectName("context-policy")
-        self.policy.addItem("When full: drop oldest messages", "shift")
-        self.policy.addItem("When full: stop", "stop")
+        self.policy.addItem("Drop the oldest messages and go on", "shift")
+        self.policy.addItem("Stop the reply", "stop")
         self.policy.setToolTip(
             "What happens when the conversation fills the context: drop the oldest messages "
-            "(keeping the system prompt) and go on, or stop the reply. Applies to this tab only."
+            "(keeping the system prompt) and go on, or stop the reply. Applies to this "
+            "conversation only."
         )
         self.policy.activated.connect(self._on_policy)
         self.settings_button = QToolButton()
         self.settings_button.setText("Conversation settings")
+        self.settings_button.setToolTip(
+            "This conversation's system prompt, sampling and what happens when the context is full"
+        )
         self.settings_button.setCheckable(True)
         self.settings_button.setObjectName("conversation-settings-toggle")
         status.addWidget(self.meter)
@@ -226,7 +243,6 @@ class ChatTab(QWidget):
         self.effort.activated.connect(self._on_effort)
         status.addWidget(self.thinking)
         status.addWidget(self.effort)
-        status.addWidget(self.policy)
         status.addWidget(self.settings_button)
         layout.addLayout(status)
 
@@ -234,6 +250,7 @@ class ChatTab(QWidget):
         self.settings.setVisible(False)
         self.settings_button.toggled.connect(self.settings.setVisible)
         self.settings.set_values(conversation.system_prompt, conversation.sampling)
+        self.settings.add_row("When the context is full", self.policy)
         self._settings_timer = QTimer(self)
         self._settings_timer.setSingleShot(True)
         self._settings_timer.setInterval(500)
@@ -247,11 +264,25 @@ class ChatTab(QWidget):
         self.edit_banner.setContentsMargins(8, 2, 8, 2)
         layout.addWidget(self.edit_banner)
 
+        # A long message's token count before it is sent (counted on the session thread).
+        self.token_hint = QLabel()
+        self.token_hint.setObjectName("token-hint")
+        self.token_hint.setWordWrap(True)
+        self.token_hint.setContentsMargins(8, 2, 8, 0)
+        self.token_hint.setVisible(False)
+        layout.addWidget(self.token_hint)
+        self._count_serial = 0
+        self._count_timer = QTimer(self)
+        self._count_timer.setSingleShot(True)
+        self._count_timer.setInterval(TOKEN_COUNT_DELAY_MS)
+        self._count_timer.timeout.connect(self._count_tokens)
+
         row = QHBoxLayout()
         row.setContentsMargins(8, 4, 8, 8)
         self.composer = Composer(self)
         self.composer.sendRequested.connect(self.send)
         self.composer.stopRequested.connect(self._on_escape)
+        self.composer.textChanged.connect(self._on_composer_changed)
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("send")
         self.send_button.clicked.connect(self.send)
@@ -291,8 +322,8 @@ class ChatTab(QWidget):
         self.view.set_placeholder(
             "Say hello: type a message below and press Enter."
             if self.host.model_ready()
-            else "No model is loaded yet. Open the model manager (Models ▸ Model manager) "
-            "to add a GGUF file, then come back here."
+            else "No model is loaded yet. Choose one with “Load a model” above (the "
+            "library, a GGUF file, or Models ▸ Discover… to download one), then come back here."
         )
 
     def _show_branch(self) -> None:
@@ -326,7 +357,56 @@ class ChatTab(QWidget):
             self.db.update_conversation_settings(self.cid, system_prompt=system, sampling=sampling)
             self.conversation = self.db.get_conversation(self.cid)
         except LlamaDeskError as exc:
-            self.host.show_message(str(exc))
+            self.notify(str(exc))
+
+    def notify(
+        self,
+        text: str,
+        error: bool = True,
+        action: tuple[str, Callable[[], None]] | None = None,
+    ) -> None:
+        """A notice in this tab (errors stay until dismissed, the rest for a while)."""
+        self.notice.show_message(text, error, action, timeout_ms=0 if error else 8000)
+
+    # ------------------------------------------------------------------ token count
+
+    @Slot()
+    def _on_composer_changed(self) -> None:
+        self._count_serial += 1  # a count under way is stale now
+        if len(self.composer.toPlainText()) < TOKEN_HINT_MIN_CHARS or not self.host.model_ready():
+            self._count_timer.stop()
+            self.token_hint.setVisible(False)
+            return
+        self._count_timer.start()
+
+    @Slot()
+    def _count_tokens(self) -> None:
+        text = self.composer.toPlainText()
+        serial = self._count_serial
+        self.host.worker.call(
+            lambda engine: len(engine.tokenize(text, False, True)),
+            lambda result: self._show_count(serial, result),
+        )
+
+    def _show_count(self, serial: int, result: object) -> None:
+        if not isValid(self) or serial != self._count_serial or not isinstance(result, int):
+            return
+        n_ctx = int(self.info.get("n_ctx", 0))
+        reserve = int(self.info.get("n_reserved", 0))
+        room = n_ctx - reserve
+        too_long = bool(n_ctx) and result > room
+        if too_long:
+            text = (
+                f"This message is {result:,} tokens: more than the context can take "
+                f"({room:,} of its {n_ctx:,} tokens, the rest kept for the reply). "
+                "Shorten it, or raise the context size in Settings."
+            )
+        else:
+            text = f"This message is {result:,} tokens."
+        self.token_hint.setText(text)
+        self.token_hint.setProperty("error", too_long)
+        self.token_hint.setStyleSheet("color: #d33;" if too_long else "")
+        self.token_hint.setVisible(True)
 
     # ------------------------------------------------------------------ user actions
 
@@ -336,22 +416,25 @@ class ChatTab(QWidget):
         if not text:
             return
         if self.generating:
-            self.host.show_message("This tab is still answering: stop it first (Esc).", False)
+            self.notify("This tab is still answering: stop it first (Esc).", False)
             return
         if not self.host.model_ready():
-            self.host.show_message("Load a model first: open the model manager (Models menu).")
+            self.notify(
+                "Load a model first: choose one with “Load a model” above, or in Models ▸ "
+                "Model manager."
+            )
             return
         parent = self.leaf_id()
         if self._editing is not None:
             try:
                 parent = self.db.get_message(self._editing).parent_id
             except LlamaDeskError as exc:
-                self.host.show_message(str(exc))
+                self.notify(str(exc))
                 return
         try:
             user = self.db.add_message(self.cid, "user", text, parent_id=parent)
         except LlamaDeskError as exc:
-            self.host.show_message(str(exc))
+            self.notify(str(exc))
             return
         self.composer.clear()
         self._cancel_edit()
@@ -365,7 +448,7 @@ class ChatTab(QWidget):
         try:
             message = self.db.get_message(message_id)
         except LlamaDeskError as exc:
-            self.host.show_message(str(exc))
+            self.notify(str(exc))
             return
         if message.parent_id is None:
             return
@@ -377,7 +460,7 @@ class ChatTab(QWidget):
         try:
             message = self.db.get_message(message_id)
         except LlamaDeskError as exc:
-            self.host.show_message(str(exc))
+            self.notify(str(exc))
             return
         self._editing = message_id
         self.composer.setPlainText(message.content)
@@ -404,7 +487,7 @@ class ChatTab(QWidget):
             leaf = self.db.leaf_of(ids[index])
             self.db.set_current_leaf(self.cid, leaf)
         except (LlamaDeskError, ValueError) as exc:
-            self.host.show_message(str(exc))
+            self.notify(str(exc))
             return
         self.load_thread(leaf)
 
@@ -509,7 +592,7 @@ class ChatTab(QWidget):
             reply = self.db.begin_reply(self.cid, parent_id, model_path=self.host.model_path())
             self.branch = self.db.get_thread(self.cid, reply.id)
         except LlamaDeskError as exc:
-            self.host.show_message(str(exc))
+            self.notify(str(exc))
             return
         history = chat_messages(self.branch[:-1])
         self._show_branch()
@@ -654,11 +737,11 @@ class ChatTab(QWidget):
             self._oldest_unpainted = sampled_at
 
     def on_failed(self, message: str) -> None:
+        # Said once, when the turn finishes (on_finished), in this tab's notice.
         self._error = message
-        self.host.show_message(message)
 
     def on_shifted(self, n_discarded: int) -> None:
-        self.host.show_message(
+        self.notify(
             f"The context was full: the oldest {n_discarded} tokens of this conversation were "
             "dropped (the system prompt is kept).",
             False,
@@ -700,6 +783,12 @@ class ChatTab(QWidget):
         }
         if error:
             meta["error"] = error
+        if status == "error":
+            self._report_error(error or "The reply failed.", result)
+            if not text and not reasoning:
+                # Nothing was written: an error is not an assistant message.
+                self._drop_failed_reply()
+                return
         self._finish_reply(
             text,
             status,
@@ -710,6 +799,44 @@ class ChatTab(QWidget):
             reasoning=reasoning or None,
             reasoning_ms=reasoning_ms if reasoning else None,
         )
+
+    def _report_error(self, message: str, result: TurnResult) -> None:
+        parent = self._reply_parent()
+        retry = ("Try again", lambda: self._retry(parent)) if parent is not None else None
+        self.notify(message, True, retry)
+
+    def _reply_parent(self) -> int | None:
+        if self.reply_id is None:
+            return None
+        for message in self.branch:
+            if message.id == self.reply_id:
+                return message.parent_id
+        return None
+
+    def _retry(self, parent_id: int | None) -> None:
+        if parent_id is not None and not self.generating and self.host.model_ready():
+            self._generate(parent_id)
+
+    def _drop_failed_reply(self) -> None:
+        """Remove the empty reply of a failed turn (the user's message stays, ready for
+        "Try again" or an edit)."""
+        reply_id, self.reply_id = self.reply_id, None
+        self._parts = []
+        self._reasoning_parts = []
+        self._dirty = False
+        self._oldest_unpainted = None
+        self._set_generating(False)
+        self._state = "idle"
+        if reply_id is not None:
+            try:
+                self.db.delete_branch(reply_id)
+            except LlamaDeskError as exc:
+                self.notify(str(exc))
+        self.load_thread()
+        self.view.set_actions_enabled(True)
+        self._update_status()
+        self.reload_conversation()
+        self.host.conversation_changed(self.cid)
 
     def _finish_reply(self, text: str, status: str, **figures: Any) -> None:
         reply_id, self.reply_id = self.reply_id, None
@@ -725,7 +852,7 @@ class ChatTab(QWidget):
         try:
             message = self.db.finish_reply(reply_id, text, status, **figures)
         except LlamaDeskError as exc:
-            self.host.show_message(str(exc))
+            self.notify(str(exc))
             return
         if self.branch and self.branch[-1].id == reply_id:
             self.branch[-1] = message
@@ -772,6 +899,12 @@ class ChatTab(QWidget):
         return painted
 
     # ------------------------------------------------------------------ status
+
+    def set_compact(self, compact: bool) -> None:
+        """A narrow window: shorter labels, so nothing overlaps."""
+        self._compact = compact
+        self.settings_button.setText("Settings" if compact else "Conversation settings")
+        self._update_status()
 
     def state_text(self) -> str:
         if self._state == "queued":

@@ -24,14 +24,16 @@ from app.ui.field_editors import make_editor, tooltip
 
 
 class Composer(QPlainTextEdit):
-    """Enter sends, Shift+Enter is a new line, Esc stops (or cancels an edit)."""
+    """Enter sends and Shift+Enter is a new line (or, as a preference, Ctrl+Enter sends and
+    Enter is a new line); Esc stops (or cancels an edit)."""
 
     sendRequested = Signal()
     stopRequested = Signal()
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, enter_sends: bool = True) -> None:
         super().__init__(parent)
-        self.setPlaceholderText("Write a message… (Enter sends, Shift+Enter for a new line)")
+        self.enter_sends = enter_sends
+        self.set_enter_sends(enter_sends)
         self.setTabChangesFocus(True)
         self.document().setDocumentMargin(6)
         self._fit()
@@ -42,13 +44,26 @@ class Composer(QPlainTextEdit):
         metrics = self.fontMetrics()
         self.setFixedHeight(lines * metrics.lineSpacing() + 20)
 
+    def set_enter_sends(self, enter_sends: bool) -> None:
+        self.enter_sends = enter_sends
+        self.setPlaceholderText(
+            "Write a message… (Enter sends, Shift+Enter for a new line)"
+            if enter_sends
+            else "Write a message… (Ctrl+Enter sends, Enter for a new line)"
+        )
+
     def keyPressEvent(self, e: QKeyEvent) -> None:
         key = e.key()
         if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
-            if e.modifiers() & Qt.KeyboardModifier.ShiftModifier:
-                self.insertPlainText("\n")
+            mods = e.modifiers()
+            if self.enter_sends:
+                send = not mods & Qt.KeyboardModifier.ShiftModifier
             else:
+                send = bool(mods & Qt.KeyboardModifier.ControlModifier)
+            if send:
                 self.sendRequested.emit()
+            else:
+                self.insertPlainText("\n")
             e.accept()
             return
         if key == Qt.Key.Key_Escape:
@@ -79,6 +94,7 @@ class ConversationSettings(QWidget):
         self.system_prompt.textChanged.connect(self.changed)
         form.addRow("System prompt", self.system_prompt)
         layout.addLayout(form)
+        self._form = form
         grid = QGridLayout()
         self.spins: dict[str, QSpinBox | QDoubleSpinBox] = {}
         for i, spec in enumerate(CHAT_FIELDS):
@@ -102,6 +118,11 @@ class ConversationSettings(QWidget):
         self._migrated.setSingleShot(True)
         self._migrated.setInterval(0)
         self._migrated.timeout.connect(self.changed)
+
+    def add_row(self, label: str, widget: QWidget) -> None:
+        """A conversation setting the tab edits itself (kept with the sampling, see
+        ``set_extra``), shown with the others."""
+        self._form.addRow(label, widget)
 
     def set_values(self, system_prompt: str, sampling: dict[str, Any]) -> None:
         """Show a conversation's settings. Stored sampling goes through the schema first:

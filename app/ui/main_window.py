@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import base64
-import html
 import logging
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QByteArray, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QByteArray, QPoint, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import (
     QAction,
     QActionGroup,
@@ -17,16 +16,20 @@ from PySide6.QtGui import (
     QDragEnterEvent,
     QDropEvent,
     QKeySequence,
+    QResizeEvent,
 )
 from PySide6.QtWidgets import (
+    QDialog,
     QDockWidget,
     QFileDialog,
     QFrame,
     QHBoxLayout,
+    QInputDialog,
     QLabel,
     QMainWindow,
+    QMenu,
+    QMessageBox,
     QProgressBar,
-    QPushButton,
     QSplitter,
     QStackedWidget,
     QTabWidget,
@@ -49,6 +52,7 @@ from app.ui.message_bar import MessageBar
 from app.ui.model_picker import ModelPicker
 from app.ui.sidebar import Sidebar
 from app.ui.theme import THEME_LABELS, THEMES, apply_theme, current_theme
+from app.ui.welcome import WelcomePage
 from app.ui.worker import EngineWorker
 
 if TYPE_CHECKING:
@@ -60,142 +64,25 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_MS = 30  # streamed text is painted at most ~33 times a second
+# Below this width the conversation list hides (the "Chats" button brings it back) and
+# the status texts shorten.
+NARROW_WIDTH = 800
 SHUTDOWN_TIMEOUT_MS = 1500  # the worker gets this long to save the tabs' states
 PURGE_AFTER_S = 7 * 86400  # deleted conversations are purged for good after a week
 
 
-class WelcomePage(QWidget):
-    """What the tab area shows with no tab open: how to start, or how to add a model."""
-
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        layout = QVBoxLayout(self)
-        layout.addStretch(1)
-        self.title = QLabel()
-        self.title.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        font = self.title.font()
-        font.setPointSizeF(font.pointSizeF() * 1.6)
-        self.title.setFont(font)
-        self.text = QLabel()
-        self.text.setObjectName("welcome-text")
-        self.text.setWordWrap(True)
-        self.text.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.text.setMaximumWidth(560)
-        self.text.setMinimumWidth(460)
-        row = QHBoxLayout()
-        row.addStretch(1)
-        self.models_button = QPushButton("Open the model manager")
-        self.models_button.setObjectName("welcome-models")
-        self.models_button.clicked.connect(window.show_model_manager)
-        self.file_button = QPushButton("Choose a GGUF file…")
-        self.file_button.setObjectName("welcome-file")
-        self.file_button.clicked.connect(window.choose_model_file)
-        self.new_button = QPushButton("New chat (Ctrl+T)")
-        self.new_button.setObjectName("welcome-new")
-        self.new_button.clicked.connect(window.new_tab)
-        for b in (self.models_button, self.file_button, self.new_button):
-            row.addWidget(b)
-        row.addStretch(1)
-        center = QHBoxLayout()
-        center.addStretch(1)
-        inner = QVBoxLayout()
-        inner.addWidget(self.title)
-        inner.addSpacing(8)
-        inner.addWidget(self.text)
-        center.addLayout(inner)
-        center.addStretch(1)
-        layout.addLayout(center)
-        layout.addSpacing(12)
-        layout.addLayout(row)
-        self.catalog = _CatalogList(window)
-        catalog_row = QHBoxLayout()
-        catalog_row.addStretch(1)
-        catalog_row.addWidget(self.catalog)
-        catalog_row.addStretch(1)
-        layout.addSpacing(12)
-        layout.addLayout(catalog_row)
-        layout.addStretch(2)
-
-    def update_for(self, model_ready: bool, loading: bool) -> None:
-        self.title.setText("Welcome to LlamaDesk")
-        if loading:
-            self.text.setText("Loading the model… You can start a chat as soon as it is ready.")
-        elif model_ready:
-            self.text.setText(
-                "Start a new chat with Ctrl+T, or open a saved one from the list on the left."
-            )
-        else:
-            self.text.setText(
-                "LlamaDesk runs language models on this computer, from GGUF files. "
-                "No model is loaded yet: add a .gguf file (or a folder of them) in the model "
-                "manager and press Load. Your conversations stay on this computer."
-            )
-        self.models_button.setVisible(not model_ready)
-        self.file_button.setVisible(not model_ready)
-        self.new_button.setVisible(model_ready)
-        self.catalog.setVisible(not model_ready and not loading)
+TAB_TITLE_CHARS = 24
+FORK_SUFFIX = " (fork)"
 
 
-class _CatalogList(QFrame):
-    """First start: the bundled demo model and a short curated list (resources/catalog.json),
-    each with a button; downloads go through the window's one queue (shown in Discover)."""
-
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self.setObjectName("welcome-catalog")
-        # Between two stretches the frame would shrink to its narrowest, and word-wrapped
-        # labels that narrow are cut off: give the list a reading width.
-        self.setMinimumWidth(600)
-        self.setMaximumWidth(720)
-        layout = QVBoxLayout(self)
-        title = QLabel("<b>Get a model</b>")
-        layout.addWidget(title)
-        self.buttons: dict[str, QPushButton] = {}
-        demo = paths.demo_model_path()
-        demo_row = QHBoxLayout()
-        demo_label = QLabel(
-            "<b>LlamaDesk demo model</b> · bundled, tiny · "
-            "tries the app out at once (its replies are not meant to be useful)"
-        )
-        demo_label.setWordWrap(True)
-        demo_button = QPushButton("Load")
-        demo_button.setObjectName("welcome-demo")
-        demo_button.setEnabled(demo.is_file())
-        if not demo.is_file():
-            demo_button.setToolTip("The demo model is not part of this installation.")
-        demo_button.clicked.connect(lambda: window.load_model(str(paths.demo_model_path())))
-        demo_row.addWidget(demo_label, 1)
-        demo_row.addWidget(demo_button)
-        layout.addLayout(demo_row)
-        self.buttons["demo"] = demo_button
-        try:
-            from app.hub import catalog
-
-            models = catalog.load()
-        except Exception as exc:  # CatalogError or a missing optional package
-            log.info("no curated list: %s", exc)
-            models = []
-        for model in models:
-            row = QHBoxLayout()
-            size = f" · {format_bytes(float(model.size))}" if model.size else ""
-            label = QLabel(
-                f"<b>{html.escape(model.name)}</b> · {html.escape(model.params)} · {html.escape(model.quant)}"
-                f"{size}<br>{html.escape(model.good_at)}"
-            )
-            label.setWordWrap(True)
-            label.setToolTip(f"{model.repository}/{model.file}")
-            button = QPushButton("Download")
-            button.setObjectName("welcome-download")
-            button.setToolTip(f"Download {model.file} from {model.repository} into the library.")
-            button.clicked.connect(lambda _c=False, m=model: window.download_catalog(m))
-            row.addWidget(label, 1)
-            row.addWidget(button, 0, Qt.AlignmentFlag.AlignTop)
-            layout.addLayout(row)
-            self.buttons[model.name] = button
-        more = QPushButton("Discover more models…")
-        more.setObjectName("welcome-discover")
-        more.clicked.connect(window.show_discover)
-        layout.addWidget(more, 0, Qt.AlignmentFlag.AlignLeft)
+def tab_label(title: str, limit: int = TAB_TITLE_CHARS) -> str:
+    """A tab's text: the title cut with an ellipsis, a fork's "(fork)" kept visible."""
+    suffix = FORK_SUFFIX if title.endswith(FORK_SUFFIX) else ""
+    base = title[: len(title) - len(suffix)] if suffix else title
+    room = limit - len(suffix)
+    if len(base) > room:
+        base = base[: room - 1].rstrip() + "…"
+    return base + suffix
 
 
 class MainWindow(QMainWindow):
@@ -226,6 +113,11 @@ class MainWindow(QMainWindow):
         self._loading_path: str | None = None
         self._closing = False
         self._shut_down = False
+        self._quit_confirmed = False
+        self._quit_box: QMessageBox | None = None
+        self._help_dialog: QDialog | None = None
+        self._narrow = False
+        self._sidebar_auto_hidden = False
         self._tabs: dict[int, ChatTab] = {}
         self._settings_panel: SettingsPanel | None = None
         self._model_manager: ModelManager | None = None
@@ -271,12 +163,43 @@ class MainWindow(QMainWindow):
         self.tab_widget.tabCloseRequested.connect(self.close_tab)
         self.tab_widget.currentChanged.connect(self._on_current_changed)
         self.tab_widget.tabBar().tabMoved.connect(lambda *_: self._save_tabs_timer.start())
+        self.tab_widget.setUsesScrollButtons(True)
+        self.tab_widget.setElideMode(Qt.TextElideMode.ElideNone)  # tab_label() cuts titles
+        tab_bar = self.tab_widget.tabBar()
+        tab_bar.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        tab_bar.customContextMenuRequested.connect(self._tab_context_menu)
+        corner = QWidget()
+        corner_row = QHBoxLayout(corner)
+        corner_row.setContentsMargins(0, 0, 0, 0)
+        corner_row.setSpacing(0)
+        # Every open tab in a list, for when they no longer fit in the bar.
+        self.tab_list_button = QToolButton()
+        self.tab_list_button.setObjectName("tab-list")
+        self.tab_list_button.setText("▾")
+        self.tab_list_button.setToolTip("All open chats")
+        self.tab_list_button.setAutoRaise(True)
+        self.tab_list_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.tab_list_menu = QMenu(self.tab_list_button)
+        self.tab_list_menu.aboutToShow.connect(self._fill_tab_list)
+        self.tab_list_button.setMenu(self.tab_list_menu)
         plus = QToolButton()
+        plus.setObjectName("new-tab-button")
         plus.setText("+")
         plus.setToolTip("New chat (Ctrl+T)")
         plus.setAutoRaise(True)
         plus.clicked.connect(self.new_tab)
-        self.tab_widget.setCornerWidget(plus, Qt.Corner.TopRightCorner)
+        corner_row.addWidget(self.tab_list_button)
+        corner_row.addWidget(plus)
+        self.tab_widget.setCornerWidget(corner, Qt.Corner.TopRightCorner)
+        # Brings the conversation list back when a narrow window hid it.
+        self.show_sidebar_button = QToolButton()
+        self.show_sidebar_button.setObjectName("show-sidebar")
+        self.show_sidebar_button.setText("Chats")
+        self.show_sidebar_button.setToolTip("Show the conversation list (Ctrl+B)")
+        self.show_sidebar_button.setAutoRaise(True)
+        self.show_sidebar_button.clicked.connect(self._toggle_sidebar)
+        self.tab_widget.setCornerWidget(self.show_sidebar_button, Qt.Corner.TopLeftCorner)
+        self.show_sidebar_button.setVisible(False)
         self.welcome = WelcomePage(self)
         self.stack = QStackedWidget()
         self.stack.addWidget(self.welcome)
@@ -385,7 +308,9 @@ class MainWindow(QMainWindow):
             self._action("Search conversations", self.sidebar.focus_search, "Ctrl+F", "search")
         )
         chat.addSeparator()
-        chat.addAction(self._action("Quit", self.close, QKeySequence.StandardKey.Quit, "quit"))
+        chat.addAction(
+            self._action("Quit", self.request_quit, QKeySequence.StandardKey.Quit, "quit")
+        )
         models = menu.addMenu("&Models")
         models.addAction(
             self._action("Model manager", self.show_model_manager, "Ctrl+M", "model-manager")
@@ -402,6 +327,7 @@ class MainWindow(QMainWindow):
         toggle.setCheckable(True)
         toggle.setChecked(True)
         view.addAction(toggle)
+        self.sidebar_action = toggle
         themes = view.addMenu("&Theme")
         themes.setObjectName("theme-menu")
         group = QActionGroup(self)
@@ -421,6 +347,37 @@ class MainWindow(QMainWindow):
             group.addAction(action)
             themes.addAction(action)
             self.theme_actions[name] = action
+
+        help_menu = menu.addMenu("&Help")
+        help_menu.addAction(
+            self._action("Keyboard shortcuts", self.show_shortcuts, "Ctrl+/", "shortcuts")
+        )
+        help_menu.addAction(self._action("About LlamaDesk", self.show_about, None, "about"))
+
+    @Slot()
+    def show_shortcuts(self) -> QDialog:
+        from app.ui.help_dialogs import ShortcutsDialog, action_shortcuts, composer_shortcuts
+
+        rows = action_shortcuts(self.actions()) + list(composer_shortcuts(self.enter_sends()))
+        dialog = ShortcutsDialog(rows, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self._help_dialog = dialog
+        dialog.open()
+        return dialog
+
+    @Slot()
+    def show_about(self) -> QDialog:
+        from app.ui.help_dialogs import AboutDialog
+
+        dialog = AboutDialog(self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self._help_dialog = dialog
+        dialog.open()
+        return dialog
+
+    def enter_sends(self) -> bool:
+        """Enter sends (Shift+Enter a new line), else Ctrl+Enter sends (a preference)."""
+        return bool(getattr(self.app_settings, "enter_sends", True))
 
     def _connect_worker(self) -> None:
         # Session-wide events only: each tab subscribes to its own conversation's stream.
@@ -547,6 +504,7 @@ class MainWindow(QMainWindow):
             new.tab_policy(),
         )
         self.tab_widget.setCurrentWidget(new)
+        new.composer.setFocus(Qt.FocusReason.OtherFocusReason)
         self.sidebar.schedule_refresh()
         self._save_tabs_timer.start()
 
@@ -600,7 +558,7 @@ class MainWindow(QMainWindow):
         if index < 0:
             return
         title = tab.title
-        short = title if len(title) <= 24 else title[:23] + "…"
+        short = tab_label(title)
         self.tab_widget.setTabText(index, ("● " if tab.generating else "") + short)
         self.tab_widget.setTabToolTip(index, title)
 
@@ -629,6 +587,18 @@ class MainWindow(QMainWindow):
         self._save_tabs_timer.start()
         return tab
 
+    def _demo_loaded(self) -> bool:
+        path = self.model_path()
+        return path is not None and Path(path) == paths.demo_model_path()
+
+    def start_chat_with(self, text: str) -> ChatTab | None:
+        """A new chat whose first message is ``text`` (the welcome page's suggestions)."""
+        tab = self.new_tab()
+        if tab is not None:
+            tab.composer.setPlainText(text)
+            tab.send()
+        return tab
+
     @Slot(int)
     def open_conversation(self, conversation_id: int) -> None:
         tab = self._tabs.get(conversation_id)
@@ -637,6 +607,7 @@ class MainWindow(QMainWindow):
             self._save_tabs_timer.start()
         if tab is not None:
             self.tab_widget.setCurrentWidget(tab)
+            tab.composer.setFocus(Qt.FocusReason.OtherFocusReason)
 
     @Slot()
     def close_current_tab(self) -> None:
@@ -688,12 +659,22 @@ class MainWindow(QMainWindow):
         if tab is not None:
             tab.flush(True)
             tab.view.scroll_to_end() if tab.view.follow else None
+            # Typing goes to the chat that became current (Ctrl+Tab, the sidebar, a fork).
+            tab.composer.setFocus(Qt.FocusReason.OtherFocusReason)
+        self.sidebar_set_current(tab)
         self._save_tabs_timer.start()
+
+    def sidebar_set_current(self, tab: ChatTab | None) -> None:
+        setter = getattr(self.sidebar, "set_current", None)
+        if setter is not None:
+            setter(tab.cid if tab is not None else None)
 
     def _update_stack(self) -> None:
         has_tabs = self.tab_widget.count() > 0
         self.stack.setCurrentIndex(1 if has_tabs else 0)
-        self.welcome.update_for(self.model_ready(), self._loading_path is not None)
+        self.welcome.update_for(
+            self.model_ready(), self._loading_path is not None, self._demo_loaded()
+        )
         self.no_model_banner.setVisible(
             has_tabs and not self.model_ready() and self._loading_path is None
         )
@@ -790,7 +771,97 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def _toggle_sidebar(self) -> None:
-        self.sidebar.setVisible(not self.sidebar.isVisible())
+        self._set_sidebar_visible(self.sidebar.isHidden())
+        self._sidebar_auto_hidden = False  # the user chose: a resize does not undo it
+
+    def _set_sidebar_visible(self, visible: bool) -> None:
+        self.sidebar.setVisible(visible)
+        self.show_sidebar_button.setVisible(not visible)
+        self.sidebar_action.setChecked(visible)
+
+    def is_narrow(self) -> bool:
+        return self.width() < NARROW_WIDTH
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        narrow = self.is_narrow()
+        if narrow != self._narrow:
+            self._narrow = narrow
+            if narrow and self.sidebar.isVisible():
+                self._set_sidebar_visible(False)
+                self._sidebar_auto_hidden = True
+            elif not narrow and self._sidebar_auto_hidden:
+                self._set_sidebar_visible(True)
+                self._sidebar_auto_hidden = False
+            self._update_model_labels()
+            for tab in self._tabs.values():
+                tab.set_compact(narrow)
+
+    @Slot()
+    def _fill_tab_list(self) -> None:
+        self.tab_list_menu.clear()
+        current = self.current_tab()
+        for tab in self.tabs():
+            action = self.tab_list_menu.addAction(("● " if tab.generating else "") + tab.title)
+            action.setCheckable(True)
+            action.setChecked(tab is current)
+            action.triggered.connect(lambda _c=False, t=tab: self.tab_widget.setCurrentWidget(t))
+
+    @Slot(QPoint)
+    def _tab_context_menu(self, pos: QPoint) -> None:
+        bar = self.tab_widget.tabBar()
+        index = bar.tabAt(pos)
+        tab = self.tab_widget.widget(index) if index >= 0 else None
+        if not isinstance(tab, ChatTab):
+            return
+        menu = self.tab_menu(tab)
+        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        menu.popup(bar.mapToGlobal(pos))
+
+    def tab_menu(self, tab: ChatTab) -> QMenu:
+        """The tab's context menu (built for each use)."""
+        menu = QMenu(self)
+        menu.setObjectName("tab-menu")
+        rename = menu.addAction("Rename…")
+        rename.triggered.connect(lambda: self.ask_rename(tab))
+        last = tab.leaf_id()
+        fork = menu.addAction("Fork from the last message")
+        fork.setEnabled(last is not None and not tab.generating)
+        if last is not None:
+            fork.triggered.connect(lambda: self.fork_from(tab, last))
+        menu.addSeparator()
+        self._add_export_actions(menu, [tab.cid])
+        menu.addSeparator()
+        close = menu.addAction("Close tab")
+        close.triggered.connect(lambda: self.close_tab(self.tab_widget.indexOf(tab)))
+        others = menu.addAction("Close other tabs")
+        others.setEnabled(self.tab_widget.count() > 1)
+        others.triggered.connect(lambda: self.close_other_tabs(tab))
+        return menu
+
+    def ask_rename(self, tab: ChatTab) -> QInputDialog:
+        dialog = QInputDialog(self)
+        dialog.setObjectName("rename-dialog")
+        dialog.setWindowTitle("Rename chat")
+        dialog.setLabelText("Title")
+        dialog.setTextValue(tab.title)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        cid = tab.cid
+
+        def chosen(title: str) -> None:
+            if title.strip():
+                self._rename(cid, title.strip())
+
+        dialog.textValueSelected.connect(chosen)
+        dialog.open()
+        return dialog
+
+    def close_other_tabs(self, keep: ChatTab) -> None:
+        for tab in [t for t in self.tabs() if t is not keep]:
+            self.close_tab(self.tab_widget.indexOf(tab))
+
+    def _add_export_actions(self, menu: QMenu, conversation_ids: list[int]) -> None:
+        """Export entries for these conversations (filled in by the export module)."""
 
     # ================================================================ models
 
@@ -1087,15 +1158,14 @@ class MainWindow(QMainWindow):
         if self.model is not None and stats.loaded:
             held = stats.kv_tokens_held
             n_ctx = stats.n_ctx
-            cells = f"{held:,} / {n_ctx:,} tokens held" if n_ctx else f"{held:,} tokens held"
-            self.memory_label.setText(
-                f"Model {format_bytes(float(stats.model_bytes))} · "
-                f"KV cache {format_bytes(float(stats.kv_bytes))} ({cells})"
+            # A sliding-window or recurrent cache holds more tokens than it has cells:
+            # a fraction of cells would read as over-full.
+            cells = (
+                f"{held:,} / {n_ctx:,} tokens held"
+                if n_ctx and held <= n_ctx
+                else f"{held:,} tokens held"
             )
-            self.memory_label.setToolTip(
-                "Memory used by the model's weights and by the context's KV cache, and how "
-                "many of the context's token cells the open tabs' caches fill."
-            )
+            self._memory_text(stats.model_bytes, stats.kv_bytes, cells)
 
     @Slot()
     def _flush(self) -> None:
@@ -1143,13 +1213,26 @@ class MainWindow(QMainWindow):
             return
         info = model.info
         n_ctx = model.n_ctx or model.settings.n_ctx
-        self.model_label.setText(
+        full = (
             f"{info.display_name} · {info.params_label} · {info.file_type} · "
             f"context {n_ctx:,} × {model.settings.n_seq_max} tabs resident"
         )
-        self.memory_label.setText(
-            f"Model {format_bytes(float(model.model_bytes))} · "
-            f"KV cache {format_bytes(float(model.kv_bytes))}"
+        self.model_label.setText(info.display_name if self._narrow else full)
+        self.model_label.setToolTip(full)
+        self._memory_text(model.model_bytes, model.kv_bytes, None)
+
+    def _memory_text(self, model_bytes: int, kv_bytes: int, cells: str | None) -> None:
+        """The status bar's memory figures (short in a narrow window, all in the tooltip)."""
+        full = (
+            f"Model {format_bytes(float(model_bytes))} · KV cache {format_bytes(float(kv_bytes))}"
+        )
+        if cells:
+            full += f" ({cells})"
+        short = f"{format_bytes(float(model_bytes + kv_bytes))} used"
+        self.memory_label.setText(short if self._narrow else full)
+        self.memory_label.setToolTip(
+            full + "\nMemory used by the model's weights and by the context's KV cache, and "
+            "how many tokens the open chats' caches hold."
         )
 
     def _on_model_unloaded(self) -> None:
@@ -1191,11 +1274,61 @@ class MainWindow(QMainWindow):
     def is_shut_down(self) -> bool:
         return self._shut_down
 
+    @Slot()
+    def request_quit(self) -> None:
+        """Quit (the menu, Ctrl+Q): asks first while replies are being written."""
+        if self._confirm_quit():
+            self.close()
+
+    def _confirm_quit(self) -> bool:
+        """True when closing may go on now; else a question is asked (window-modal, the
+        event loop keeps running) and a "Quit" answer closes the window."""
+        writing = [t for t in self._tabs.values() if t.generating]
+        if not writing or self._quit_confirmed or self._closing:
+            return True
+        if self._quit_box is not None:
+            self._quit_box.raise_()
+            return False
+        n = len(writing)
+        box = QMessageBox(self)
+        box.setObjectName("quit-confirm")
+        box.setIcon(QMessageBox.Icon.Question)
+        box.setWindowTitle("Quit LlamaDesk?")
+        box.setText(
+            "A reply is still being written." if n == 1 else f"{n} replies are still being written."
+        )
+        box.setInformativeText(
+            "Quitting stops it; what was written so far is kept, marked as stopped."
+            if n == 1
+            else "Quitting stops them; what was written so far is kept, marked as stopped."
+        )
+        quit_button = box.addButton("Quit", QMessageBox.ButtonRole.AcceptRole)
+        quit_button.setObjectName("quit-anyway")
+        keep = box.addButton("Keep writing", QMessageBox.ButtonRole.RejectRole)
+        keep.setObjectName("keep-writing")
+        box.setDefaultButton(keep)
+
+        def answered(_result: int) -> None:
+            self._quit_box = None
+            if box.clickedButton() is quit_button:
+                self._quit_confirmed = True
+                self.close()
+            box.deleteLater()
+
+        box.finished.connect(answered)
+        self._quit_box = box
+        box.open()
+        return False
+
     def closeEvent(self, event: QCloseEvent) -> None:
         if self._shut_down:
             event.accept()
             return
         event.ignore()
+        # The window's close button asks while replies are written (as Quit does); a
+        # programmatic close (the session ending, tests) does not.
+        if event.spontaneous() and not self._confirm_quit():
+            return
         if self._closing:
             return
         self._closing = True

@@ -13,12 +13,19 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Signal, Slot
 
 from app.session import Session
 from app.session import events as ev
 from app.storage import Database, StateStore
+
+if TYPE_CHECKING:
+    from app.engine import Engine
+
+T = TypeVar("T")
 
 # How long a thread may hold the GIL while another waits for it (seconds).
 GIL_SWITCH_INTERVAL_S = 0.001
@@ -35,6 +42,7 @@ class EngineWorker(QObject):
 
     sessionEvent = Signal(object)  # an app.session.events.SessionEvent
     conversationEvent = Signal(object)  # every conversation's events (observers: tests, benchmarks)
+    _called = Signal(object, object)  # (callback, result or exception), to the GUI thread
 
     def __init__(self, store: StateStore | None, database: Database | None = None) -> None:
         super().__init__(None)
@@ -45,6 +53,23 @@ class EngineWorker(QObject):
         self.session = Session(store, database, name="engine")
         self._streams: dict[int, tuple[ConversationStream, Callable[[], None]]] = {}
         self._unsubscribe = self.session.subscribe_session(self._on_session_event)
+        self._called.connect(self._deliver)
+
+    def call(self, fn: Callable[[Engine], T], done: Callable[[T | BaseException], None]) -> None:
+        """Run ``fn(engine)`` on the session thread; ``done`` gets its result (or the
+        exception it raised, :class:`~app.session.NoModelError` without a model) on the GUI
+        thread. For short work: every conversation waits meanwhile."""
+        future = self.session.call(fn)
+
+        def relay(f: Future[T]) -> None:  # on the session thread
+            error = f.exception()
+            self._called.emit(done, error if error is not None else f.result())
+
+        future.add_done_callback(relay)
+
+    @Slot(object, object)
+    def _deliver(self, done: Callable[[Any], None], result: object) -> None:
+        done(result)
 
     def stream(self, conversation_id: int) -> ConversationStream:
         """The conversation's event stream (created on first use; GUI thread)."""

@@ -35,7 +35,8 @@ def test_first_start_without_a_model_explains_what_to_do(qtbot: Any, make_window
     tab = window.new_tab()
     assert tab is not None and "No model is loaded" in tab.view._placeholder.text()
     send(qtbot, tab, "hello?")
-    assert not tab.generating and "Load a model first" in window.message_bar.text()
+    assert not tab.generating and "Load a model first" in tab.notice.text()
+    assert window.message_bar.text() == ""  # the notice is the tab's, not the window's
 
 
 def test_demo_model_is_loaded_by_default(

@@ -1,0 +1,244 @@
+"""The window's polish: focus, notices in their tab, errors that are not replies, quitting
+while a reply is written, narrow windows, the tab menu, help, first prompts, Enter to send.
+
+Real window, real engine on its thread, tiny generated model; nothing mocked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import QApplication, QMessageBox, QPushButton
+
+from app import paths
+from tests.ui.conftest import ENDLESS_GRAMMAR, send, wait_idle
+
+
+def set_sampling(tab: Any, **values: Any) -> None:
+    sampling = {**tab.conversation.sampling, **values}
+    tab.db.update_conversation_settings(tab.cid, sampling=sampling)
+    tab.conversation = tab.db.get_conversation(tab.cid)
+    tab.settings.set_values(tab.conversation.system_prompt, tab.conversation.sampling)
+
+
+def activate(qtbot: Any, window: Any) -> None:
+    window.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is window, timeout=5000)
+
+
+def test_focus_goes_to_the_composer_of_the_chat_that_becomes_current(
+    qtbot: Any, make_window: Any
+) -> None:
+    window, _ = make_window()
+    activate(qtbot, window)
+    first = window.new_tab()
+    second = window.new_tab()
+    assert first is not None and second is not None
+    qtbot.waitUntil(second.composer.hasFocus, timeout=3000)
+    qtbot.keyClick(window, Qt.Key.Key_Tab, Qt.KeyboardModifier.ControlModifier)
+    assert window.current_tab() is first
+    qtbot.waitUntil(first.composer.hasFocus, timeout=3000)
+    qtbot.keyClicks(QApplication.focusWidget(), "typed")
+    assert first.composer.toPlainText() == "typed"  # no keystroke lost
+    # opening a chat (as the sidebar does) focuses its composer too
+    send(qtbot, second, "hello")
+    wait_idle(qtbot, second)
+    window.tab_widget.setCurrentWidget(first)
+    window.open_conversation(second.cid)
+    qtbot.waitUntil(second.composer.hasFocus, timeout=3000)
+
+
+def test_a_fork_says_so_in_its_tab_and_takes_the_focus(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    activate(qtbot, window)
+    tab = window.new_tab()
+    assert tab is not None
+    set_sampling(tab, max_tokens=4)
+    send(qtbot, tab, "A first message long enough to fill the whole tab title and more")
+    wait_idle(qtbot, tab)
+    window.fork_from(tab, tab.leaf_id())
+    fork = window.current_tab()
+    assert fork is not None and fork is not tab
+    text = window.tab_widget.tabText(window.tab_widget.indexOf(fork))
+    assert text.endswith("(fork)") and "…" in text
+    qtbot.waitUntil(fork.composer.hasFocus, timeout=3000)
+
+
+def test_an_error_is_a_notice_in_its_tab_not_an_assistant_message(
+    qtbot: Any, make_window: Any
+) -> None:
+    window, _ = make_window()
+    tab = window.new_tab()
+    other = window.new_tab()
+    assert tab is not None and other is not None
+    window.tab_widget.setCurrentWidget(tab)
+    # more than the sequence's whole context (2048 cells for 4 tabs: 512 each)
+    send(qtbot, tab, " ".join(f"word{i}" for i in range(900)))
+    result = wait_idle(qtbot, tab)
+    assert result.error
+    thread = window.db.get_thread(tab.cid)
+    assert [m.role for m in thread] == ["user"]  # no failed assistant message stored
+    assert [w.data.role for w in tab.view.messages()] == ["user"]
+    assert tab.notice.text() == result.error and tab.notice.error  # said once, in its tab
+    assert window.message_bar.text() == "" and other.notice.text() == ""
+    assert tab.notice.action_button.text() == "Try again"
+
+
+def test_a_long_message_shows_its_token_count_before_it_is_sent(
+    qtbot: Any, make_window: Any
+) -> None:
+    window, _ = make_window()
+    tab = window.new_tab()
+    assert tab is not None
+    tab.composer.setPlainText("short")
+    assert tab.token_hint.isHidden()
+    tab.composer.setPlainText(" ".join(f"word{i}" for i in range(900)))
+    qtbot.waitUntil(tab.token_hint.isVisible, timeout=5000)
+    text = tab.token_hint.text()
+    assert "tokens" in text and "more than the context can take" in text
+    assert tab.token_hint.property("error") is True
+    tab.composer.setPlainText("short again")
+    assert tab.token_hint.isHidden()
+
+
+def test_quitting_while_a_reply_is_written_asks_first(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    tab = window.new_tab()
+    assert tab is not None
+    set_sampling(tab, grammar=ENDLESS_GRAMMAR, max_tokens=100000, temperature=0.8, seed=3)
+    send(qtbot, tab, "go on")
+    qtbot.waitUntil(lambda: tab.generating and bool(tab.reply_text()), timeout=10000)
+    quit_action = window.findChild(type(window.actions()[0]), "quit")
+    quit_action.trigger()
+    box = window.findChild(QMessageBox, "quit-confirm")
+    assert box is not None and box.isVisible() and "being written" in box.text()
+    assert not window.is_shut_down()
+    # "Keep writing": nothing happens
+    box.findChild(QPushButton, "keep-writing").click()
+    qtbot.waitUntil(lambda: window.findChild(QMessageBox, "quit-confirm") is None, timeout=3000)
+    assert tab.generating and not window.is_shut_down()
+    quit_action.trigger()
+    box = window.findChild(QMessageBox, "quit-confirm")
+    assert box is not None
+    reply_id = tab.reply_id
+    box.findChild(QPushButton, "quit-anyway").click()
+    qtbot.waitUntil(window.is_shut_down, timeout=5000)
+    assert window.db.get_message(reply_id).status == "stopped"
+
+
+def test_quit_without_a_reply_being_written_does_not_ask(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    window.request_quit()
+    qtbot.waitUntil(window.is_shut_down, timeout=5000)
+
+
+def test_a_narrow_window_hides_the_list_and_shortens_the_status(
+    qtbot: Any, make_window: Any
+) -> None:
+    window, _ = make_window()
+    tab = window.new_tab()
+    assert tab is not None
+    window.resize(1100, 700)
+    qtbot.waitUntil(lambda: window.width() >= 1000, timeout=3000)
+    wide_model_text = window.model_label.text()
+    assert window.sidebar.isVisible() and not window.show_sidebar_button.isVisible()
+    window.resize(700, 700)
+    qtbot.waitUntil(lambda: window.sidebar.isHidden(), timeout=3000)
+    assert window.show_sidebar_button.isVisible()
+    assert len(window.model_label.text()) < len(wide_model_text)
+    assert window.model_label.toolTip() == wide_model_text  # all of it in the tooltip
+    assert tab.settings_button.text() == "Settings"
+    window.show_sidebar_button.click()  # the button brings the list back
+    assert window.sidebar.isVisible() and not window.show_sidebar_button.isVisible()
+    window.show_sidebar_button.click() if window.show_sidebar_button.isVisible() else None
+    window.sidebar_action.trigger()  # Ctrl+B hides it again
+    assert window.sidebar.isHidden()
+    window.resize(1100, 700)
+    qtbot.waitUntil(lambda: not window.is_narrow(), timeout=3000)
+    assert window.sidebar.isHidden()  # the user's choice holds
+    assert tab.settings_button.text() == "Conversation settings"
+
+
+def test_an_auto_hidden_list_comes_back_when_the_window_widens(
+    qtbot: Any, make_window: Any
+) -> None:
+    window, _ = make_window()
+    window.resize(700, 700)
+    qtbot.waitUntil(lambda: window.sidebar.isHidden(), timeout=3000)
+    window.resize(1100, 700)
+    qtbot.waitUntil(window.sidebar.isVisible, timeout=3000)
+
+
+def test_the_tab_menu_and_the_list_of_open_tabs(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    tabs = [window.new_tab() for _ in range(3)]
+    assert all(t is not None for t in tabs)
+    window._fill_tab_list()
+    names = [a.text() for a in window.tab_list_menu.actions()]
+    assert names == [t.title for t in tabs if t is not None]
+    assert [a.isChecked() for a in window.tab_list_menu.actions()] == [False, False, True]
+    window.tab_list_menu.actions()[0].trigger()
+    assert window.current_tab() is tabs[0]
+    menu = window.tab_menu(tabs[1])
+    texts = [a.text() for a in menu.actions() if a.text()]
+    assert "Rename…" in texts and "Close tab" in texts and "Close other tabs" in texts
+    window._tab_context_menu(QPoint(-50, -50))  # not on a tab: no menu
+    assert window.findChild(type(menu), "tab-menu") is menu
+    rename = window.ask_rename(tabs[1])
+    rename.setTextValue("Renamed from the tab")
+    rename.accept()
+    qtbot.waitUntil(lambda: tabs[1].title == "Renamed from the tab", timeout=3000)
+    next(a for a in menu.actions() if a.text() == "Close other tabs").trigger()
+    assert window.tabs() == [tabs[1]]
+
+
+def test_help_lists_the_real_shortcuts_and_about_says_versions(
+    qtbot: Any, make_window: Any
+) -> None:
+    window, _ = make_window()
+    dialog = window.show_shortcuts()
+    rows = dict((what, keys) for keys, what in dialog.rows())
+    assert rows["New chat"] == "Ctrl+T" and rows["Send the message"] == "Enter"
+    assert rows["Keyboard shortcuts"] == "Ctrl+/"
+    dialog.close()
+    about = window.show_about()
+    text = about.text.text()
+    assert "llama-cpp-python" in text and "0.3.36" in text and str(paths.data_dir()) in text
+    about.close()
+
+
+def test_enter_to_send_can_be_ctrl_enter(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    tab = window.new_tab()
+    assert tab is not None
+    set_sampling(tab, max_tokens=2)
+    tab.composer.set_enter_sends(False)
+    tab.composer.setPlainText("line one")
+    tab.composer.moveCursor(tab.composer.textCursor().MoveOperation.End)
+    qtbot.keyClick(tab.composer, Qt.Key.Key_Return)
+    assert tab.composer.toPlainText() == "line one\n" and not tab.generating
+    qtbot.keyClick(tab.composer, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    wait_idle(qtbot, tab)
+    assert window.db.get_thread(tab.cid)[0].content == "line one"
+
+
+def test_the_demo_model_offers_first_prompts(
+    qtbot: Any, make_window: Any, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(paths, "demo_model_path", lambda: tiny_model)
+    window, _ = make_window()
+    assert window.welcome.prompts.isVisible()
+    button = window.welcome.prompt_buttons[1]
+    button.click()
+    tab = window.current_tab()
+    assert tab is not None
+    wait_idle(qtbot, tab)
+    assert window.db.get_thread(tab.cid)[0].content == button.text()
+
+
+def test_other_models_get_no_demo_prompts(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    assert not window.welcome.prompts.isVisible()
