@@ -28,9 +28,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
+    "ADVANCED_CONTEXT_GROUPS",
     "ATTENTION",
+    "BASIC_CONTEXT_FIELDS",
     "CONTEXT_FIELDS",
     "CONTEXT_GROUPS",
+    "CONVERSATION_FIELDS",
     "FLASH_ATTN",
     "FROM_MODEL",
     "KV_TYPES",
@@ -167,6 +170,11 @@ class FieldSpec:
     layout: bool = False  # changes a saved state's layout (state files are refused)
     chat: bool = False  # a per-chat sampling control
     cli: CliOption | None = None
+    # Shown only under the settings panel's "Advanced" section: most people never need it,
+    # and a short list of what matters (context size, threads) is easier to read.
+    advanced: bool = False
+    # One sentence per choice (value -> help), for the choice's tooltip in a combo box.
+    choice_help: tuple[tuple[str, str], ...] = ()
 
     # -- values --------------------------------------------------------------------------
 
@@ -208,6 +216,14 @@ class FieldSpec:
 
     def choice_values(self) -> tuple[str, ...]:
         return tuple(value for value, _ in self.choices)
+
+    def choice_text(self, value: str) -> str:
+        """The text shown for ``value`` (the value itself if it is not a choice)."""
+        return dict(self.choices).get(value, value)
+
+    def help_for_choice(self, value: str) -> str:
+        """One sentence about choice ``value`` (``""`` if the field has none for it)."""
+        return dict(self.choice_help).get(value, "")
 
     # -- validation and migration -------------------------------------------------------
 
@@ -358,13 +374,16 @@ _BATCH_MAX = 1 << 20
 
 
 def _context_fields() -> tuple[FieldSpec, ...]:
-    C, B, T, A, R, X = (
+    # The basic fields' groups order CONTEXT_GROUPS; the panel shows the basic fields in one
+    # section and the advanced ones by group (BT: the advanced halves of batching and threads).
+    C, B, T, BT, A, R, X = (
         "Context",
         "Batching",
         "Threads",
+        "Batches & threads",
         "Attention & cache",
         "RoPE / YaRN",
-        "Advanced",
+        "Embeddings & diagnostics",
     )
     return (
         FieldSpec(
@@ -401,7 +420,8 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             "slice (context size ÷ resident tabs). Recommended.",
             "bool",
             default=True,
-            group=C,
+            group=A,
+            advanced=True,
         ),
         FieldSpec(
             "n_batch",
@@ -426,8 +446,9 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             minimum=1,
             maximum=_BATCH_MAX,
             unit="tokens",
-            group=B,
+            group=BT,
             step=128,
+            advanced=True,
         ),
         FieldSpec(
             "n_threads",
@@ -458,7 +479,8 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             maximum=512,
             unit="threads",
             apply=Apply.LIVE,
-            group=T,
+            group=BT,
+            advanced=True,
         ),
         FieldSpec(
             "flash_attn",
@@ -470,6 +492,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             choices=_choices(FLASH_ATTN, {"auto": "Auto", "on": "On", "off": "Off"}),
             group=A,
             layout=True,
+            advanced=True,
         ),
         FieldSpec(
             "type_k",
@@ -481,6 +504,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             choices=_KV_CHOICES,
             group=A,
             layout=True,
+            advanced=True,
         ),
         FieldSpec(
             "type_v",
@@ -491,6 +515,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             choices=_KV_CHOICES,
             group=A,
             layout=True,
+            advanced=True,
         ),
         FieldSpec(
             "offload_kqv",
@@ -499,6 +524,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             "bool",
             default=True,
             group=A,
+            advanced=True,
         ),
         FieldSpec(
             "op_offload",
@@ -508,6 +534,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             "bool",
             default=True,
             group=A,
+            advanced=True,
         ),
         FieldSpec(
             "swa_full",
@@ -519,6 +546,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             default=True,
             group=A,
             layout=True,
+            advanced=True,
         ),
         FieldSpec(
             "rope_scaling_type",
@@ -539,6 +567,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             ),
             group=R,
             layout=True,
+            advanced=True,
         ),
         FieldSpec(
             "rope_freq_base",
@@ -553,6 +582,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             step=1000.0,
             decimals=2,
             layout=True,
+            advanced=True,
         ),
         FieldSpec(
             "rope_freq_scale",
@@ -568,6 +598,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             step=0.05,
             decimals=6,
             layout=True,
+            advanced=True,
         ),
         FieldSpec(
             "yarn_ext_factor",
@@ -582,6 +613,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             step=0.1,
             decimals=4,
             layout=True,
+            advanced=True,
         ),
         FieldSpec(
             "yarn_attn_factor",
@@ -596,6 +628,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             step=0.1,
             decimals=4,
             layout=True,
+            advanced=True,
         ),
         FieldSpec(
             "yarn_beta_fast",
@@ -610,6 +643,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             step=1.0,
             decimals=4,
             layout=True,
+            advanced=True,
         ),
         FieldSpec(
             "yarn_beta_slow",
@@ -624,6 +658,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             step=1.0,
             decimals=4,
             layout=True,
+            advanced=True,
         ),
         FieldSpec(
             "yarn_orig_ctx",
@@ -639,6 +674,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             group=R,
             step=1024,
             layout=True,
+            advanced=True,
         ),
         FieldSpec(
             "embeddings",
@@ -647,6 +683,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             "bool",
             default=False,
             group=X,
+            advanced=True,
         ),
         FieldSpec(
             "pooling_type",
@@ -666,6 +703,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
                 },
             ),
             group=X,
+            advanced=True,
         ),
         FieldSpec(
             "attention_type",
@@ -682,6 +720,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
                 },
             ),
             group=X,
+            advanced=True,
         ),
         FieldSpec(
             "no_perf",
@@ -690,6 +729,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             "bool",
             default=True,
             group=X,
+            advanced=True,
         ),
     )
 
@@ -862,6 +902,52 @@ CONTEXT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
     (group, tuple(s.name for s in CONTEXT_FIELDS.values() if s.group == group))
     for group in dict.fromkeys(s.group for s in CONTEXT_FIELDS.values())
 )
+# The panel's "Basic" section (in schema order) and its "Advanced" section's groups.
+BASIC_CONTEXT_FIELDS: tuple[str, ...] = tuple(
+    s.name for s in CONTEXT_FIELDS.values() if not s.advanced
+)
+ADVANCED_CONTEXT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
+    (group, advanced)
+    for group, names in CONTEXT_GROUPS
+    if (advanced := tuple(n for n in names if CONTEXT_FIELDS[n].advanced))
+)
+
+
+def _conversation_fields() -> tuple[FieldSpec, ...]:
+    return (
+        FieldSpec(
+            # The key the conversation's settings store it under (app.session.types
+            # POLICY_KEY); the values are app.session.types.ContextFullPolicy's.
+            "context_full_policy",
+            "When the context is full",
+            "What happens when this conversation fills the model's context. Applies to "
+            "this conversation only.",
+            "choice",
+            default="shift",
+            choices=(
+                ("shift", "Drop the oldest messages"),
+                ("stop", "Stop the reply"),
+            ),
+            choice_help=(
+                (
+                    "shift",
+                    "The oldest messages (never the system prompt) are dropped from what "
+                    "the model sees and the reply goes on; they stay in the chat.",
+                ),
+                (
+                    "stop",
+                    "The reply ends where the context is full; nothing is dropped. Start a "
+                    "new chat or raise the context size to go on.",
+                ),
+            ),
+            apply=Apply.LIVE,
+        ),
+    )
+
+
+# Settings of one conversation kept with its sampling values (not engine parameters:
+# ``SamplingParams`` ignores them).
+CONVERSATION_FIELDS: dict[str, FieldSpec] = {s.name: s for s in _conversation_fields()}
 
 
 def api_parameters() -> list[dict[str, Any]]:

@@ -57,7 +57,7 @@ def main() -> int:
     home = Path(tempfile.mkdtemp(prefix="llamadesk-shots-"))
     os.environ["LLAMADESK_HOME"] = str(home)
 
-    from PySide6.QtCore import QEventLoop, QLoggingCategory, QRect, Qt, QTimer  # noqa: TID251
+    from PySide6.QtCore import QEventLoop, QLoggingCategory, QRect, QTimer  # noqa: TID251
     from PySide6.QtGui import QGuiApplication  # noqa: TID251
     from PySide6.QtWidgets import QApplication  # noqa: TID251
 
@@ -210,9 +210,10 @@ def main() -> int:
     if manager is not None:
         manager.refresh()
         until(lambda: not manager.is_scanning())
-    window.resizeDocks([window.models_dock], [300], Qt.Orientation.Vertical)
-    grab("screenshot-models.png", window)
-    window.models_dock.hide()
+    dialog = window.models_dialog
+    grab("screenshot-models.png", window, dialog)
+    if dialog is not None:
+        dialog.hide()
 
     # 6. dark
     window.set_theme("dark")

@@ -46,9 +46,11 @@ from app.session import (
 )
 from app.session import events as ev
 from app.session.types import DEFAULT_EFFORT, EFFORT_KEY, POLICY_KEY, THINKING_KEY
+from app.settings_schema import CONVERSATION_FIELDS
 from app.storage import Conversation, Database, Message
 from app.ui.chat_view import ChatView, MessageData
 from app.ui.composer import Composer, ConversationSettings
+from app.ui.field_editors import SpecComboBox, make_editor
 from app.ui.message_bar import MessageBar
 
 if TYPE_CHECKING:
@@ -170,6 +172,8 @@ class ChatTab(QWidget):
         self._tok_s = 0.0
         self._gen_tokens = 0
         self._gen_started = 0.0
+        self._submitted_at = 0.0
+        self._first_token_ms: float | None = None
         self.info: dict[str, Any] = {}
         self._turns_since_open = 0
         self._compact = False
@@ -205,15 +209,12 @@ class ChatTab(QWidget):
         self.state_label.setObjectName("state-label")
         # a long state (a restore refusal's reason) is cut, never widens the window
         self.state_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.policy = QComboBox()
+        # "When full" is a conversation setting (its labels and help from the schema).
+        policy_spec = CONVERSATION_FIELDS[POLICY_KEY]
+        policy = make_editor(policy_spec)
+        assert isinstance(policy, SpecComboBox)
+        self.policy = policy
         self.policy.setObjectName("context-policy")
-        self.policy.addItem("Drop the oldest messages and go on", "shift")
-        self.policy.addItem("Stop the reply", "stop")
-        self.policy.setToolTip(
-            "What happens when the conversation fills the context: drop the oldest messages "
-            "(keeping the system prompt) and go on, or stop the reply. Applies to this "
-            "conversation only."
-        )
         self.policy.activated.connect(self._on_policy)
         self.settings_button = QToolButton()
         self.settings_button.setText("Conversation settings")
@@ -250,7 +251,7 @@ class ChatTab(QWidget):
         self.settings.setVisible(False)
         self.settings_button.toggled.connect(self.settings.setVisible)
         self.settings.set_values(conversation.system_prompt, conversation.sampling)
-        self.settings.add_row("When the context is full", self.policy)
+        self.settings.add_row(policy_spec.label, self.policy)
         self._settings_timer = QTimer(self)
         self._settings_timer.setSingleShot(True)
         self._settings_timer.setInterval(500)
@@ -609,6 +610,8 @@ class ChatTab(QWidget):
         self._error = None
         self._gen_tokens = 0
         self._gen_started = 0.0
+        self._submitted_at = time.perf_counter()
+        self._first_token_ms = None
         self._tok_s = 0.0
         self._set_generating(True)
         self._state = "queued"
@@ -677,6 +680,8 @@ class ChatTab(QWidget):
                     {
                         "n_tokens": event.n_tokens,
                         "n_ctx": event.n_ctx,
+                        "n_reserved": event.n_reserved,
+                        "n_dropped": event.n_dropped,
                         "resident": event.resident,
                         "busy": event.busy,
                         "generating": event.generating,
@@ -716,6 +721,7 @@ class ChatTab(QWidget):
         if self._state != "generating":
             self._state = "generating"
             self._gen_started = time.perf_counter()
+            self._first_token_ms = (self._gen_started - self._submitted_at) * 1000.0
         self._reasoning_parts.append(text)
         self._gen_tokens += n_tokens
         self._dirty = True
@@ -728,6 +734,7 @@ class ChatTab(QWidget):
         if self._state != "generating":
             self._state = "generating"
             self._gen_started = time.perf_counter()
+            self._first_token_ms = (self._gen_started - self._submitted_at) * 1000.0
         if self._reasoning_parts and self._reasoning_ms is None:
             self._reasoning_ms = (time.perf_counter() - self._gen_started) * 1000.0
         self._parts.append(text)
@@ -781,6 +788,9 @@ class ChatTab(QWidget):
             "prompt_ms": round(result.prompt_ms, 1),
             "gen_ms": round(result.gen_ms, 1),
         }
+        if self._first_token_ms is not None:
+            # what the user waited: from Send to the first token on screen
+            meta["ttft_ms"] = round(self._first_token_ms, 1)
         if error:
             meta["error"] = error
         if status == "error":
@@ -927,13 +937,37 @@ class ChatTab(QWidget):
             return f"idle · cache re-processed: {reason}"
         return "idle"
 
+    def context_start(self) -> int | None:
+        """The first message the model still sees, when earlier ones were left out."""
+        n_dropped = int(self.info.get("n_dropped", 0))
+        if n_dropped <= 0:
+            return None
+        # the messages the engine got (engine_messages: empty failed replies left out)
+        sent = [m for m in self.branch if not (m.role == "assistant" and not m.content)]
+        return sent[n_dropped].id if n_dropped < len(sent) else None
+
     def _update_status(self) -> None:
         n = int(self.info.get("n_tokens", 0))
         n_ctx = int(self.info.get("n_ctx", 0))
+        reserved = int(self.info.get("n_reserved", 0))
         if n_ctx:
+            # What the model sees: the held tokens and the room kept for the reply.
+            used = min(n_ctx, n + reserved)
             self.meter.setRange(0, n_ctx)
-            self.meter.setValue(min(n, n_ctx))
-            self.meter_label.setText(f"{n:,} / {n_ctx:,} tokens")
+            self.meter.setValue(used)
+            text = f"{used:,}/{n_ctx:,}" if self._compact else f"{used:,} / {n_ctx:,} tokens"
+            self.meter_label.setText(text)
+            tip = f"{n:,} tokens of this conversation are in the context of {n_ctx:,}"
+            if reserved:
+                tip += f", and {reserved:,} are kept free for the reply"
+            dropped = int(self.info.get("n_dropped", 0))
+            if dropped:
+                tip += (
+                    f". The {dropped:,} oldest messages no longer fit: the model does not "
+                    "see them (the system prompt is kept)"
+                )
+            self.meter.setToolTip(tip + ".")
+            self.meter_label.setToolTip(tip + ".")
         else:
             self.meter.setRange(0, 1)
             self.meter.setValue(0)

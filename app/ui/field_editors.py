@@ -5,11 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QSpinBox, QWidget
 
 from app.settings_schema import FieldSpec
 
-__all__ = ["SpecSpinBox", "make_editor", "read_editor", "tooltip", "write_editor"]
+__all__ = [
+    "SpecComboBox",
+    "SpecSpinBox",
+    "make_editor",
+    "read_editor",
+    "tooltip",
+    "write_editor",
+]
 
 
 class SpecSpinBox(QSpinBox):
@@ -28,6 +36,57 @@ class SpecSpinBox(QSpinBox):
             self.setValue(target)
             return
         super().stepBy(steps)
+
+
+class SpecComboBox(QComboBox):
+    """A combo box of a choice field: each item holds its value (item data) and explains
+    itself in its tooltip; the box's tooltip explains the choice shown.
+
+    :attr:`chosen` is emitted only when the user picks an item, with its value; showing a
+    stored value with :meth:`set_value` emits nothing, so loading never looks like an edit.
+    """
+
+    chosen = Signal(str)
+
+    def __init__(self, spec: FieldSpec, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._spec = spec
+        for value, text in spec.choices:
+            self.addItem(text, value)
+            item_help = spec.help_for_choice(value)
+            if item_help:
+                self.setItemData(self.count() - 1, item_help, Qt.ItemDataRole.ToolTipRole)
+        self.currentIndexChanged.connect(self._update_tooltip)
+        self.activated.connect(self._on_activated)
+        self._update_tooltip()
+
+    @property
+    def spec(self) -> FieldSpec:
+        return self._spec
+
+    def value(self) -> str:
+        return str(self.currentData())
+
+    def set_value(self, value: str) -> bool:
+        """Show ``value`` without emitting :attr:`chosen`; ``False`` (nothing changed) if it
+        is not one of the field's choices."""
+        index = self.findData(value)
+        if index < 0:
+            return False
+        self.setCurrentIndex(index)
+        return True
+
+    @Slot()
+    def _update_tooltip(self) -> None:
+        parts = [self._spec.help]
+        item_help = self._spec.help_for_choice(str(self.currentData()))
+        if item_help:
+            parts.append(f"{self.currentText()}: {item_help}")
+        self.setToolTip("\n\n".join(parts))
+
+    @Slot(int)
+    def _on_activated(self, index: int) -> None:
+        self.chosen.emit(str(self.itemData(index)))
 
 
 def tooltip(spec: FieldSpec) -> str:
@@ -67,10 +126,7 @@ def make_editor(spec: FieldSpec, special_format: str = "{value} — {text}") -> 
     if spec.kind == "bool":
         return QCheckBox()
     if spec.kind == "choice":
-        combo = QComboBox()
-        for value, text in spec.choices:
-            combo.addItem(text, value)
-        return combo
+        return SpecComboBox(spec)
     raise ValueError(f"no editor for the {spec.kind} field {spec.name}")
 
 

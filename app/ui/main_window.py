@@ -20,7 +20,6 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import (
     QDialog,
-    QDockWidget,
     QFileDialog,
     QFrame,
     QHBoxLayout,
@@ -58,7 +57,7 @@ from app.ui.worker import EngineWorker
 if TYPE_CHECKING:
     from app.hub.catalog import CatalogModel
     from app.ui.discover import DiscoverDialog
-    from app.ui.model_manager import ModelManager
+    from app.ui.model_manager import ModelManager, ModelManagerDialog
     from app.ui.settings_panel import SettingsPanel
 
 log = logging.getLogger(__name__)
@@ -121,6 +120,9 @@ class MainWindow(QMainWindow):
         self._tabs: dict[int, ChatTab] = {}
         self._settings_panel: SettingsPanel | None = None
         self._model_manager: ModelManager | None = None
+        self.models_dialog: ModelManagerDialog | None = None
+        self._pending_settings: ContextSettings | None = None
+        self._pending_deadline = 0.0
         self._file_dialog: QFileDialog | None = None
         self._discover: DiscoverDialog | None = None
         self.downloads = Downloads(self)
@@ -220,14 +222,6 @@ class MainWindow(QMainWindow):
         self.splitter.setSizes([260, 840])
         self.setCentralWidget(self.splitter)
 
-        self.models_dock = QDockWidget("Models", self)
-        self.models_dock.setObjectName("models-dock")
-        self.models_dock.setAllowedAreas(
-            Qt.DockWidgetArea.RightDockWidgetArea | Qt.DockWidgetArea.BottomDockWidgetArea
-        )
-        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.models_dock)
-        self.models_dock.hide()
-
         # status bar: model, memory, speed, load progress
         bar = self.statusBar()
         self.model_label = QLabel("No model loaded")
@@ -313,7 +307,7 @@ class MainWindow(QMainWindow):
         )
         models = menu.addMenu("&Models")
         models.addAction(
-            self._action("Model manager", self.show_model_manager, "Ctrl+M", "model-manager")
+            self._action("Model manager…", self.show_model_manager, "Ctrl+M", "model-manager")
         )
         models.addAction(self._action("Discover…", self.show_discover, None, "discover"))
         models.addAction(self._action("Load a model file…", self.choose_model_file, None, "open"))
@@ -476,9 +470,14 @@ class MainWindow(QMainWindow):
 
     def tab_state_changed(self, tab: ChatTab) -> None:
         self._update_tab_title(tab)
-        if any(t.generating for t in self._tabs.values()):
-            if not self._flush_timer.isActive():
-                self._flush_timer.start()
+        generating = self.any_generating()
+        if generating and not self._flush_timer.isActive():
+            self._flush_timer.start()
+        if self._settings_panel is not None:
+            self._settings_panel.set_generating(generating)
+
+    def any_generating(self) -> bool:
+        return any(t.generating for t in self._tabs.values())
 
     def reasoning_support(self) -> tuple[bool, bool]:
         """Whether the loaded model's template uses (the thinking toggle, the effort)."""
@@ -926,7 +925,7 @@ class MainWindow(QMainWindow):
     def model_manager(self) -> ModelManager | None:
         if self._model_manager is None:
             try:
-                from app.ui.model_manager import ModelManager
+                from app.ui.model_manager import ModelManager, ModelManagerDialog
             except ImportError as exc:
                 log.warning("model manager unavailable: %s", exc)
                 return None
@@ -938,17 +937,18 @@ class MainWindow(QMainWindow):
             manager.set_loaded(self.model_path())
             if self._loading_path:
                 manager.set_loading(self._loading_path, self.load_bar.value() / 1000)
-            self.models_dock.setWidget(manager)
+            self.models_dialog = ModelManagerDialog(manager, self)
             self._model_manager = manager
         return self._model_manager
 
     @Slot()
     def show_model_manager(self) -> None:
-        if self.model_manager() is None:
+        if self.model_manager() is None or self.models_dialog is None:
             self.choose_model_file()
             return
-        self.models_dock.show()
-        self.models_dock.raise_()
+        self.models_dialog.show()
+        self.models_dialog.raise_()
+        self.models_dialog.activateWindow()
 
     def add_model_files(self, files: list[str]) -> None:
         """Add GGUF files to the library (their headers are read in the background)."""
@@ -1053,8 +1053,13 @@ class MainWindow(QMainWindow):
             self.show_message(f"The settings panel is not available ({exc}).")
             return
         panel = SettingsPanel(
-            self.current_context_settings(), self._model_info(), self._presets(), self
+            self.current_context_settings(),
+            self._model_info(),
+            self._presets(),
+            self,
+            loaded=self.model,
         )
+        panel.set_generating(self.any_generating())
         panel.applyRequested.connect(self._apply_settings)
         panel.presetSaveRequested.connect(self._save_preset)
         panel.presetDeleteRequested.connect(self._delete_preset)
@@ -1083,16 +1088,38 @@ class MainWindow(QMainWindow):
                 panel.set_applying(False)
                 panel.set_settings(settings)
             return
-        busy = [t for t in self._tabs.values() if t.generating]
-        if busy and self.current_context_settings().needs_rebuild(settings):
+        if self.current_context_settings().needs_rebuild(settings) and self.any_generating():
+            # "Stop all and apply": the engine rebuilds no context while replies are being
+            # written; stop them (their text so far is kept) and apply once all have ended.
             if panel is not None:
-                panel.show_error(
-                    "Stop generation in every tab before applying these settings "
-                    "(they rebuild the context)."
-                )
+                panel.set_applying(True, "Stopping the replies, then rebuilding the context…")
+            self._pending_settings = settings
+            self._pending_deadline = time.monotonic() + 10.0
+            self.session.stop(None)
+            QTimer.singleShot(50, self._apply_when_idle)
             return
         if panel is not None:
             panel.set_applying(True, "Saving the tabs' caches and rebuilding the context…")
+        self.session.reconfigure(settings)
+
+    @Slot()
+    def _apply_when_idle(self) -> None:
+        settings = self._pending_settings
+        if settings is None:
+            return
+        if self.any_generating():
+            if time.monotonic() < self._pending_deadline:
+                QTimer.singleShot(50, self._apply_when_idle)
+                return
+            self._pending_settings = None
+            if self._settings_panel is not None:
+                self._settings_panel.show_failed("The replies did not stop within 10 seconds.")
+            return
+        self._pending_settings = None
+        if self._settings_panel is not None:
+            self._settings_panel.set_applying(
+                True, "Saving the tabs' caches and rebuilding the context…"
+            )
         self.session.reconfigure(settings)
 
     def _on_reconfigured(self, model: LoadedModel) -> None:
@@ -1102,14 +1129,13 @@ class MainWindow(QMainWindow):
         self._update_model_labels()
         panel = self._settings_panel
         if panel is not None:
-            panel.set_applying(False, "Applied.")
-            panel.set_settings(model.settings)
+            panel.show_applied(model)
         self.statusBar().showMessage("Context settings applied; every tab was kept.", 5000)
 
     def _on_reconfigure_failed(self, message: str) -> None:
         panel = self._settings_panel
         if panel is not None:
-            panel.show_error(message)
+            panel.show_failed(message)
         else:
             self.show_message(message)
 
@@ -1200,7 +1226,7 @@ class MainWindow(QMainWindow):
             self._model_manager.set_loading(None, 0.0)
             self._model_manager.set_loaded(path)
         if self._settings_panel is not None:
-            self._settings_panel.set_model_info(self._model_info())
+            self._settings_panel.set_loaded_model(model)
             self._settings_panel.set_settings(self.current_context_settings())
             self._settings_panel.set_presets(self._presets())
         self._update_stack()
@@ -1245,6 +1271,8 @@ class MainWindow(QMainWindow):
         self._update_model_labels()
         if self._model_manager is not None:
             self._model_manager.set_loaded(None)
+        if self._settings_panel is not None:
+            self._settings_panel.set_loaded_model(None)
         self._update_stack()
 
     def _on_load_progress(self, fraction: float) -> None:
@@ -1361,5 +1389,7 @@ class MainWindow(QMainWindow):
             log.warning("the engine thread did not stop in time")
         if self._settings_panel is not None:
             self._settings_panel.close()
+        if self.models_dialog is not None:
+            self.models_dialog.close()
         self.close()
         self.shutDown.emit()

@@ -10,6 +10,9 @@ unchanged library reads no headers.
 The manager never loads a model: it emits :attr:`ModelManager.loadRequested` with the
 path, and the main window reports back with :meth:`ModelManager.set_loading`,
 :meth:`ModelManager.set_loaded` and :meth:`ModelManager.show_error`.
+
+The window shows it in a :class:`ModelManagerDialog`: a window of its own beside the chat
+(not modal), instead of a dock that took most of the chat's height.
 """
 
 from __future__ import annotations
@@ -22,19 +25,23 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from PySide6.QtCore import (
+    QByteArray,
     QEvent,
     QModelIndex,
     QObject,
+    QSize,
     Qt,
     Signal,
     Slot,
 )
-from PySide6.QtGui import QColor, QFont
+from PySide6.QtGui import QColor, QFont, QHideEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QDialog,
+    QDialogButtonBox,
     QFileDialog,
     QHBoxLayout,
     QHeaderView,
@@ -43,6 +50,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QStackedWidget,
     QTableWidget,
     QTableWidgetItem,
@@ -57,7 +65,14 @@ from app.storage import Database, ModelEntry, ScanResult, StorageError
 from app.ui.settings_panel import format_bytes
 from app.ui.theme import colors
 
-__all__ = ["COLUMNS", "ModelManager", "read_metadata", "remember_folder", "start_folder"]
+__all__ = [
+    "COLUMNS",
+    "ModelManager",
+    "ModelManagerDialog",
+    "read_metadata",
+    "remember_folder",
+    "start_folder",
+]
 
 log = logging.getLogger(__name__)
 
@@ -276,12 +291,14 @@ class ModelManager(QWidget):
         self._rescan_button.clicked.connect(self.refresh)
         self._scan_label = QLabel()
         self._scan_label.setObjectName("scanLabel")
+        # a long file name is cut, never widens the dialog (it must work at 640 px)
+        self._scan_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self._scan_label.hide()
         for button in (self._add_file_button, self._add_folder_button, self._rescan_button):
             toolbar.addWidget(button)
         toolbar.addSpacing(12)
-        toolbar.addWidget(self._scan_label)
-        toolbar.addStretch(1)
+        toolbar.addWidget(self._scan_label, 1)
+        toolbar.addStretch()  # the buttons keep their size while the label is hidden
         outer.addLayout(toolbar)
 
         self._loaded_label = QLabel()
@@ -350,6 +367,7 @@ class ModelManager(QWidget):
         progress_row = QHBoxLayout()
         self._progress_label = QLabel()
         self._progress_label.setObjectName("loadingLabel")
+        self._progress_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self._progress = QProgressBar()
         self._progress.setObjectName("loadingBar")
         self._progress.setRange(0, 1000)
@@ -358,7 +376,7 @@ class ModelManager(QWidget):
         self._cancel_button.setObjectName("cancelLoadButton")
         self._cancel_button.setToolTip("Stop loading this model.")
         self._cancel_button.clicked.connect(self._on_cancel_clicked)
-        progress_row.addWidget(self._progress_label)
+        progress_row.addWidget(self._progress_label, 1)
         progress_row.addWidget(self._progress, 1)
         progress_row.addWidget(self._cancel_button)
         self._progress_widgets: tuple[QWidget, ...] = (
@@ -432,6 +450,7 @@ class ModelManager(QWidget):
             self._loading_path = path
             self._load_errors.pop(_same_file_key(path), None)
             self._progress_label.setText(f"Loading {Path(path).name}…")
+            self._progress_label.setToolTip(path)
             self._cancel_button.setEnabled(True)
             self._cancel_button.setText("Cancel")
             self._refresh_status_column()
@@ -848,6 +867,72 @@ class ModelManager(QWidget):
 
 
 # -- formatting ------------------------------------------------------------------------
+
+
+class ModelManagerDialog(QDialog):
+    """The model manager in a window of its own: not modal (chats go on beside it),
+    resizable, at most 90% of the screen, and where the user last left it (in-process:
+    the geometry is kept for as long as the app runs, also across instances).
+
+    Closing only hides it; the window keeps the instance and shows it again.
+    """
+
+    DEFAULT_SIZE = QSize(960, 560)
+    _last_geometry: ClassVar[QByteArray | None] = None
+
+    def __init__(self, manager: ModelManager, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("model-manager-dialog")
+        self.setWindowTitle("Model manager")
+        self.setModal(False)
+        self.setSizeGripEnabled(True)
+        self._manager = manager
+        layout = QVBoxLayout(self)
+        layout.addWidget(manager, 1)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.setObjectName("closeButtons")
+        buttons.rejected.connect(self.reject)
+        close = buttons.button(QDialogButtonBox.StandardButton.Close)
+        close.setAutoDefault(False)  # Enter in the table loads a model, never closes
+        layout.addWidget(buttons)
+        self.resize(self.DEFAULT_SIZE)
+        self._placed = False
+
+    def manager(self) -> ModelManager:
+        return self._manager
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if not self._placed:
+            self._place()
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        ModelManagerDialog._last_geometry = self.saveGeometry()
+        super().hideEvent(event)
+
+    def _place(self) -> None:
+        """First show: where it was last (this run), else centred on the window; always
+        inside the screen's free area."""
+        self._placed = True
+        if ModelManagerDialog._last_geometry is not None and self.restoreGeometry(
+            ModelManagerDialog._last_geometry
+        ):
+            return
+        parent = self.parentWidget()
+        screen = parent.screen() if parent is not None else self.screen()
+        if screen is None:
+            return
+        area = screen.availableGeometry()
+        width = min(self.width(), int(area.width() * 0.9))
+        height = min(self.height(), int(area.height() * 0.9))
+        self.resize(max(width, self.minimumSizeHint().width()), height)
+        frame = self.frameGeometry()
+        center = parent.frameGeometry().center() if parent is not None else area.center()
+        x = max(area.left(), min(center.x() - frame.width() // 2, area.right() + 1 - frame.width()))
+        y = max(
+            area.top(), min(center.y() - frame.height() // 2, area.bottom() + 1 - frame.height())
+        )
+        self.move(x, y)
 
 
 def _params_label(meta: Mapping[str, Any]) -> str:

@@ -133,7 +133,10 @@ class ModelPicker(QToolButton):
         discover.triggered.connect(self.discoverRequested)
         add = menu.addAction("Load a model file…")
         add.triggered.connect(self.fileRequested)
-        manager = menu.addAction("Model manager")
+        # "…": it opens a window of its own (the model manager dialog)
+        manager = menu.addAction("Model manager…")
+        manager.setObjectName("picker-manager")
+        manager.setToolTip("Every model in your library: load, add files and folders.")
         manager.triggered.connect(self.managerRequested)
 
     def _pick(self, path: str) -> None:

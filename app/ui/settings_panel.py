@@ -4,8 +4,15 @@ The panel never changes anything by itself. It edits a copy of the settings it w
 and emits :attr:`SettingsPanel.applyRequested` with a new, validated
 :class:`~app.engine.settings.ContextSettings`; the main window applies it (threads live,
 anything else by rebuilding the context while keeping every tab) and reports back with
-:meth:`SettingsPanel.set_applying`, :meth:`SettingsPanel.set_settings` and
-:meth:`SettingsPanel.show_error`.
+:meth:`SettingsPanel.set_applying`, then :meth:`SettingsPanel.show_applied` (with the
+:class:`~app.session.LoadedModel` the context really got) or
+:meth:`SettingsPanel.show_failed`. While replies are being written the window says so with
+:meth:`SettingsPanel.set_generating`: Apply then reads "Stop all and apply".
+
+The fields come in two sections, from the schema's ``advanced`` mark: the few most people
+change (context size, resident tabs, batch, threads), and the rest under "Advanced". Under
+the context size the panel says what the loaded model really runs at (llama.cpp holds the
+context to the model's training length, and rounds it), not only what was asked for.
 
 Presets are only requested here (:attr:`presetSaveRequested`,
 :attr:`presetDeleteRequested`); the main window stores them and calls
@@ -16,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
-from typing import Any
+from typing import Any, ClassVar
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal, Slot
 from PySide6.QtGui import QFont, QPalette, QShowEvent
@@ -36,6 +43,7 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSizePolicy,
     QSpinBox,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -43,9 +51,11 @@ from PySide6.QtWidgets import (
 from app.engine.errors import ContextError
 from app.engine.metadata import ModelInfo
 from app.engine.settings import ContextSettings, SettingsError
+from app.session import LoadedModel
 from app.settings_schema import (
+    ADVANCED_CONTEXT_GROUPS,
+    BASIC_CONTEXT_FIELDS,
     CONTEXT_FIELDS,
-    CONTEXT_GROUPS,
     FROM_MODEL,
     Apply,
     FieldSpec,
@@ -69,6 +79,11 @@ _REBUILD_TIP = (
     "the context is rebuilt and the tabs are restored (a tab may re-read its conversation)."
 )
 _LIVE_TIP = "Changing this takes effect immediately, without rebuilding the context."
+_STOP_TIP = (
+    "Replies are being written: applying stops them first (what they wrote so far is kept), "
+    "then rebuilds the context. Every open tab is kept."
+)
+_ADVANCED_TEXT = "Advanced settings"
 
 
 class _WheelGuard(QObject):
@@ -93,11 +108,17 @@ class _WheelGuard(QObject):
 class SettingsPanel(QDialog):
     """Edit :class:`ContextSettings`; see the module docstring for the protocol.
 
-    The main window: connect the signals, ``show()`` the panel (it is not modal), and on
-    ``applyRequested(settings)`` call ``set_applying(True, "…")``; when done,
-    ``set_applying(False)`` and ``set_settings(applied)`` (the new baseline for the
-    live/rebuild decision), or ``show_error(sentence)`` (which also ends the busy state).
+    The main window: connect the signals, ``show()`` the panel (it is not modal), keep it
+    told whether replies are being written (``set_generating``) and which model runs
+    (``set_loaded_model``); on ``applyRequested(settings)`` call ``set_applying(True, "…")``
+    (stopping the replies first if the settings rebuild the context); when done,
+    ``show_applied(model)`` (the new baseline and the figures the context really got), or
+    ``show_failed(sentence)`` (the dialog stays open with the values entered).
     """
+
+    # Whether the "Advanced" section was left open: the next panel opens the same way
+    # (in-process only; the panel is recreated each time the window opens it).
+    advanced_open: ClassVar[bool] = False
 
     applyRequested = Signal(object)  # ContextSettings, validated
     presetSaveRequested = Signal(str, dict)  # name, ContextSettings.to_dict()
@@ -109,14 +130,19 @@ class SettingsPanel(QDialog):
         model_info: ModelInfo | None = None,
         presets: dict[str, dict] | None = None,
         parent: QWidget | None = None,
+        *,
+        loaded: LoadedModel | None = None,
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Context settings")
         self.setModal(False)
         self._original = dataclasses.replace(settings)
-        self._model_info = model_info
+        self._loaded = loaded
+        self._model_info = loaded.info if loaded is not None else model_info
+        self._generating = False
         self._presets: dict[str, dict[str, Any]] = dict(presets or {})
         self._applying = False
+        self._rebuild_pending = False  # the edits shown need a new context
         self._loading_values = False
         self._problem: str | None = None
         self._editors: dict[str, QWidget] = {}
@@ -130,7 +156,7 @@ class SettingsPanel(QDialog):
         self.set_settings(settings)
         self.set_presets(self._presets)
         self.setSizeGripEnabled(True)
-        self.resize(760, 720)
+        self.resize(720, 720)
         self._fitted = False
 
     # -- size and colours ----------------------------------------------------------------
@@ -172,6 +198,8 @@ class SettingsPanel(QDialog):
         c = colors(self)
         self._problem_label.setStyleSheet(f"color: {c.error};")
         self._error_label.setStyleSheet(f"color: {c.error}; font-weight: bold;")
+        self._applied_label.setStyleSheet(f"color: {c.ok}; font-weight: bold;")
+        self._generating_label.setStyleSheet(f"color: {c.warn};")
         for name, mark in self._marks.items():
             live = FIELDS[name].apply is Apply.LIVE
             mark.setStyleSheet(f"color: {c.ok if live else c.warn};")
@@ -209,11 +237,35 @@ class SettingsPanel(QDialog):
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self._fields_widget = QWidget()
         fields_layout = QVBoxLayout(self._fields_widget)
-        for title, names in CONTEXT_GROUPS:
-            fields_layout.addWidget(self._build_group(title, [FIELDS[n] for n in names]))
+        self._running_label = QLabel()
+        self._running_label.setObjectName("runningLabel")
+        self._running_label.setWordWrap(True)
+        self._running_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        basic = self._build_group("Basic", [FIELDS[n] for n in BASIC_CONTEXT_FIELDS])
+        basic.setObjectName("basicSection")
+        fields_layout.addWidget(basic)
+
+        self._advanced_toggle = QToolButton()
+        self._advanced_toggle.setObjectName("advancedToggle")
+        self._advanced_toggle.setCheckable(True)
+        self._advanced_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self._advanced_toggle.setAutoRaise(True)
+        self._advanced_toggle.setToolTip(
+            "Cache types, attention, RoPE/YaRN, micro-batches, prompt threads, embeddings."
+        )
+        self._advanced_toggle.toggled.connect(self._on_advanced_toggled)
+        fields_layout.addWidget(self._advanced_toggle)
+        self._advanced_section = QWidget()
+        self._advanced_section.setObjectName("advancedSection")
+        advanced_layout = QVBoxLayout(self._advanced_section)
+        advanced_layout.setContentsMargins(0, 0, 0, 0)
+        for title, names in ADVANCED_CONTEXT_GROUPS:
+            advanced_layout.addWidget(self._build_group(title, [FIELDS[n] for n in names]))
+        fields_layout.addWidget(self._advanced_section)
         fields_layout.addStretch(1)
         scroll.setWidget(self._fields_widget)
         outer.addWidget(scroll, 1)
+        self._set_advanced_open(SettingsPanel.advanced_open)
 
         estimate_box = QGroupBox("Memory for the context (KV cache)")
         estimate_layout = QVBoxLayout(estimate_box)
@@ -235,6 +287,18 @@ class SettingsPanel(QDialog):
         self._error_label.setWordWrap(True)
         self._error_label.hide()
         outer.addWidget(self._error_label)
+
+        self._applied_label = QLabel()
+        self._applied_label.setObjectName("appliedLabel")
+        self._applied_label.setWordWrap(True)
+        self._applied_label.hide()
+        outer.addWidget(self._applied_label)
+
+        self._generating_label = QLabel()
+        self._generating_label.setObjectName("generatingNote")
+        self._generating_label.setWordWrap(True)
+        self._generating_label.hide()
+        outer.addWidget(self._generating_label)
 
         busy = QHBoxLayout()
         self._busy_bar = QProgressBar()
@@ -297,14 +361,17 @@ class SettingsPanel(QDialog):
         return row
 
     def _build_group(self, title: str, group: list[FieldSpec]) -> QGroupBox:
-        box = QGroupBox(title)
+        box = QGroupBox(title.replace("&", "&&"))  # "Attention & cache": no mnemonic
         grid = QGridLayout(box)
-        grid.setColumnMinimumWidth(0, 170)
+        # Room for the longest label at 640 px (labels wrap rather than push the editors).
+        grid.setColumnMinimumWidth(0, 140)
         grid.setColumnStretch(3, 1)
         row = 0
         for spec in group:
             label = QLabel(spec.label)
+            label.setObjectName(f"label_{spec.name}")
             label.setToolTip(spec.name)
+            label.setWordWrap(True)
             editor = self._make_editor(spec)
             editor.setObjectName(f"field_{spec.name}")
             label.setBuddy(editor)
@@ -318,13 +385,16 @@ class SettingsPanel(QDialog):
             help_label.setWordWrap(True)
             _make_secondary(help_label)
             self._secondary.append(help_label)
-            editor.setMinimumWidth(200)
+            editor.setMinimumWidth(180)
             editor.setMaximumWidth(320)
             grid.addWidget(label, row, 0)
             grid.addWidget(editor, row, 1)
             grid.addWidget(mark, row, 2)
             grid.addWidget(help_label, row + 1, 1, 1, 3)
             row += 2
+            if spec.name == "n_ctx":  # what the loaded model really runs at, right below
+                grid.addWidget(self._running_label, row, 1, 1, 3)
+                row += 1
             self._editors[spec.name] = editor
             self._labels[spec.name] = label
         return box
@@ -378,12 +448,50 @@ class SettingsPanel(QDialog):
         """Show ``settings`` and make them the baseline (what the context runs with now)."""
         self._original = dataclasses.replace(settings)
         self._error_label.hide()
+        self._applied_label.hide()
         self._write_editors(settings.to_dict())
         self._update_state()
 
     def set_model_info(self, info: ModelInfo | None) -> None:
+        """The model the checks and the estimate use (no context figures: a model that is
+        not the loaded one's forgets them; see :meth:`set_loaded_model`)."""
         self._model_info = info
+        if self._loaded is not None and self._loaded.info != info:
+            self._loaded = None
         self._update_state()
+
+    def set_loaded_model(self, model: LoadedModel | None) -> None:
+        """The model that runs now, with the context it really got (``None``: unloaded)."""
+        self._loaded = model
+        self._model_info = model.info if model is not None else None
+        self._update_state()
+
+    def set_generating(self, active: bool) -> None:
+        """Whether replies are being written: applying settings that rebuild the context
+        stops them, and the Apply button and a note say so."""
+        self._generating = active
+        self._update_state()
+
+    def is_advanced_open(self) -> bool:
+        return self._advanced_toggle.isChecked()
+
+    def show_applied(self, model: LoadedModel) -> None:
+        """Applying worked: ``model``'s settings become the baseline, and the dialog says
+        what the model now runs with (the real context size, which may be less than asked)."""
+        self.set_applying(False)
+        self._loaded = model
+        self._model_info = model.info
+        self.set_settings(model.settings)
+        self._applied_label.setText(applied_text(model))
+        self._applied_label.show()
+
+    def show_failed(self, message: str) -> None:
+        """Applying failed: ``message`` is shown; the values entered stay for another try."""
+        sentence = message.strip() or "The settings could not be applied."
+        self.show_error(
+            f"Not applied: {sentence} The values you entered are still here; change them "
+            "and apply again, or close to keep the running settings."
+        )
 
     def set_presets(self, presets: dict[str, dict]) -> None:
         self._presets = {str(k): dict(v) for k, v in presets.items()}
@@ -407,6 +515,7 @@ class SettingsPanel(QDialog):
         self._applying = active
         if active:
             self._error_label.hide()
+            self._applied_label.hide()
         self._busy_bar.setVisible(active)
         self._busy_label.setVisible(active and bool(message))
         self._busy_label.setText(message)
@@ -432,6 +541,7 @@ class SettingsPanel(QDialog):
         if self._loading_values:
             return
         self._error_label.hide()
+        self._applied_label.hide()
         self._update_state()
 
     def _check(self, settings: ContextSettings) -> ContextError | None:
@@ -461,15 +571,30 @@ class SettingsPanel(QDialog):
             label.setFont(font)
 
         self._flagged = flagged
+        if flagged and any(FIELDS[name].advanced for name in flagged):
+            self._set_advanced_open(True)  # a problem is never hidden in a closed section
         self._apply_colours()
         self._update_model_label()
+        self._update_running(edited)
         self._update_estimate(edited)
+        changed_advanced = sum(
+            getattr(edited, name) != getattr(self._original, name)
+            for name, spec in FIELDS.items()
+            if spec.advanced
+        )
+        self._advanced_toggle.setText(
+            f"{_ADVANCED_TEXT} ({changed_advanced} changed)" if changed_advanced else _ADVANCED_TEXT
+        )
 
         changed_any = edited != self._original
         rebuild = self._original.needs_rebuild(edited)
+        self._rebuild_pending = changed_any and rebuild
         if not changed_any:
             text = "Apply"
             tip = "Nothing has changed yet."
+        elif rebuild and self._generating:
+            text = "Stop all and apply"
+            tip = _STOP_TIP
         elif rebuild:
             text = "Apply and rebuild context"
             tip = _REBUILD_TIP
@@ -479,7 +604,40 @@ class SettingsPanel(QDialog):
         self._apply_button.setText(text)
         self._apply_button.setToolTip(tip)
         self._apply_button.setEnabled(not self._applying and self._problem is None and changed_any)
+        if self._generating and not self._applying:
+            self._generating_label.setText(
+                "Replies are being written. Applying these settings stops them first (what "
+                "they wrote so far is kept), then rebuilds the context."
+                if self._rebuild_pending
+                else "Replies are being written. Thread counts change without stopping them; "
+                "settings that rebuild the context stop them when applied."
+            )
+        self._generating_label.setVisible(self._generating and not self._applying)
         self._update_preset_buttons()
+
+    def _update_running(self, edited: ContextSettings) -> None:
+        """Under the context size: what the loaded model really runs at, and what the value
+        being edited would give (llama.cpp holds it to the training length)."""
+        text = running_text(self._loaded, self._original, edited, self._model_info)
+        self._running_label.setText(text)
+        self._running_label.setVisible(bool(text))
+
+    # -- the advanced section --------------------------------------------------------------
+
+    def _set_advanced_open(self, open_: bool) -> None:
+        self._advanced_toggle.setChecked(open_)  # toggled -> _on_advanced_toggled
+        self._show_advanced(open_)
+
+    def _show_advanced(self, open_: bool) -> None:
+        self._advanced_section.setVisible(open_)
+        self._advanced_toggle.setArrowType(
+            Qt.ArrowType.DownArrow if open_ else Qt.ArrowType.RightArrow
+        )
+
+    @Slot(bool)
+    def _on_advanced_toggled(self, open_: bool) -> None:
+        self._show_advanced(open_)
+        SettingsPanel.advanced_open = open_
 
     def _update_model_label(self) -> None:
         info = self._model_info
@@ -648,3 +806,76 @@ def _make_secondary(label: QLabel) -> None:
         QPalette.ColorRole.WindowText, palette.color(QPalette.ColorRole.PlaceholderText)
     )
     label.setPalette(palette)
+
+
+def _tokens(n: int) -> str:
+    return f"{n:,} token{'s' if n != 1 else ''}"
+
+
+def running_text(
+    loaded: LoadedModel | None,
+    baseline: ContextSettings,
+    edited: ContextSettings,
+    info: ModelInfo | None,
+) -> str:
+    """What the model runs at now and, when the context size is being changed, what the new
+    value would give; ``""`` when there is nothing to say (no model at all)."""
+    parts: list[str] = []
+    if loaded is not None:
+        actual, asked = loaded.n_ctx, loaded.settings.n_ctx
+        train = loaded.info.n_ctx_train
+        limit = f"its training limit is {train:,}" if train else "its training limit is unknown"
+        if asked == 0:
+            parts.append(f"The model runs at {_tokens(actual)}: {limit}.")
+        elif actual < asked:
+            why = (
+                f"its training limit is {train:,} (RoPE scaling would stretch it)"
+                if train and actual >= train
+                else "llama.cpp gave it less"
+            )
+            parts.append(
+                f"The model runs at <b>{_tokens(actual)}</b>, not the {asked:,} asked for: {why}."
+            )
+        elif actual > asked:
+            parts.append(
+                f"The model runs at {_tokens(actual)} (llama.cpp rounds the {asked:,} asked "
+                f"for up to a multiple of 256; {limit})."
+            )
+        else:
+            parts.append(f"The model runs at {_tokens(actual)} ({limit}).")
+        if not loaded.settings.kv_unified and loaded.settings.n_seq_max > 1:
+            parts.append(f"Each resident tab gets {loaded.n_ctx_seq:,} of them (split cache).")
+    if info is not None and (
+        edited.n_ctx != baseline.n_ctx or edited.rope_scaled != baseline.rope_scaled
+    ):
+        will = edited.effective_n_ctx(info)
+        if edited.n_ctx == 0:
+            parts.append(f"Applying 0 gives the model's own length, {_tokens(will)}.")
+        elif will < edited.n_ctx:
+            parts.append(
+                f"Applying {edited.n_ctx:,} would give {_tokens(will)}: the model's training "
+                "limit (turn on RoPE scaling to go past it)."
+            )
+        elif loaded is not None:
+            parts.append(f"Applying gives {_tokens(will)}.")
+    return " ".join(parts)
+
+
+def applied_text(model: LoadedModel) -> str:
+    """The sentence after a successful Apply: the context the model really got."""
+    settings = model.settings
+    n_seq = settings.n_seq_max
+    tabs = f"{n_seq} resident tab{'s' if n_seq != 1 else ''}"
+    share = (
+        f"shared by {tabs}"
+        if settings.kv_unified or n_seq == 1
+        else f"{model.n_ctx_seq:,} for each of {tabs}"
+    )
+    text = f"Applied: the model now runs with a {model.n_ctx:,}-token context ({share})"
+    asked = settings.n_ctx
+    if asked and model.n_ctx < asked:
+        text += f", not the {asked:,} asked for: that is as far as this model goes"
+    return (
+        f"{text}, {settings.n_threads} generation thread"
+        f"{'s' if settings.n_threads != 1 else ''}. Every open tab was kept."
+    )

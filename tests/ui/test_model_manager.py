@@ -26,7 +26,7 @@ from pytestqt.qtbot import QtBot
 
 import app.ui.model_manager as model_manager
 from app.storage import Database
-from app.ui.model_manager import COLUMNS, ModelManager
+from app.ui.model_manager import COLUMNS, ModelManager, ModelManagerDialog
 from tests.support.broken_gguf import write_corpus
 from tests.support.gguf_models import TinySpec, write_tiny_model
 
@@ -446,3 +446,105 @@ def test_add_files_and_the_file_dialog_starts_in_the_last_folder(
     assert model_manager.start_folder() == folder
     manager.add_files([str(path)])
     qtbot.waitUntil(lambda: str(path) in manager.listed_paths(), timeout=SCAN_TIMEOUT_MS)
+
+
+# -- the manager as a dialog -------------------------------------------------------------
+
+
+@pytest.fixture
+def forget_geometry() -> Iterator[None]:
+    """The dialog remembers its geometry for the whole run: each test starts afresh."""
+    ModelManagerDialog._last_geometry = None
+    yield
+    ModelManagerDialog._last_geometry = None
+
+
+def test_the_manager_is_a_dialog_of_its_own_that_remembers_where_it_was(
+    qtbot: QtBot, db: Database, library: Path, forget_geometry: None
+) -> None:
+    from PySide6.QtWidgets import QDialogButtonBox, QWidget
+
+    db.add_folder(library)
+    owner = QWidget()
+    qtbot.addWidget(owner)
+    owner.resize(1100, 760)
+    owner.show()
+    manager = ModelManager(db)
+    dialog = ModelManagerDialog(manager, owner)
+    assert dialog.manager() is manager and dialog.isAncestorOf(manager)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    qtbot.waitUntil(lambda: not manager.is_scanning(), timeout=SCAN_TIMEOUT_MS)
+    # not modal: the chat window goes on taking input beside it
+    assert not dialog.isModal() and dialog.windowModality() == Qt.WindowModality.NonModal
+    assert dialog.isWindow() and dialog.isSizeGripEnabled()
+    screen = dialog.screen()
+    assert screen is not None
+    area = screen.availableGeometry()
+    assert dialog.width() <= min(ModelManagerDialog.DEFAULT_SIZE.width(), area.width() * 0.9)
+    assert dialog.height() <= min(ModelManagerDialog.DEFAULT_SIZE.height(), area.height() * 0.9)
+    assert dialog.width() >= 640 and dialog.height() >= 400  # room for the table
+    assert area.contains(dialog.frameGeometry())
+    assert len(rows(manager)) == 3 and table(manager).isVisible()
+
+    dialog.setGeometry(40, 50, 720, 480)
+    qtbot.waitUntil(lambda: dialog.width() == 720)
+    where = dialog.geometry()
+    buttons = dialog.findChild(QDialogButtonBox, "closeButtons")
+    assert buttons is not None
+    buttons.button(QDialogButtonBox.StandardButton.Close).click()
+    assert not dialog.isVisible()  # closed is hidden: the window shows it again
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    assert dialog.geometry() == where
+    dialog.hide()
+    # a new dialog (a new window, say) opens where the last one was left
+    other = ModelManagerDialog(make_manager(qtbot, db), owner)
+    other.show()
+    qtbot.waitExposed(other)
+    assert other.geometry() == where
+    other.hide()
+    with qtbot.waitSignal(manager.loadRequested, timeout=2000):  # still works when reshown
+        dialog.show()
+        double_click(qtbot, manager, row_of(manager, "alpha.gguf"))
+
+
+def test_the_manager_dialog_works_640_px_wide(
+    qtbot: QtBot, db: Database, library: Path, forget_geometry: None
+) -> None:
+    from tests.ui.test_settings_panel import assert_laid_out
+
+    long_name = library / "a-model-with-a-very-long-file-name-for-narrow-windows-Q4_K_M.gguf"
+    write_tiny_model(long_name, TinySpec(name="Long Name"))
+    db.add_folder(library)
+    manager = ModelManager(db)
+    dialog = ModelManagerDialog(manager)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    qtbot.waitUntil(lambda: not manager.is_scanning(), timeout=SCAN_TIMEOUT_MS)
+    assert dialog.minimumSizeHint().width() <= 640
+    dialog.resize(640, 480)
+    manager.set_loading(str(long_name), 0.4)  # a long "Loading …" line
+    manager.show_error(str(library / "beta.gguf"), "There is not enough memory to load it.")
+    qtbot.waitUntil(lambda: dialog.width() == 640)
+    qtbot.wait(50)
+    assert assert_laid_out(dialog) >= 10  # buttons, labels, table, progress, folders
+    t = table(manager)
+    assert t.isVisible() and t.height() >= 100  # the list keeps room at this size
+    assert t.horizontalScrollBar().isVisible()  # the columns scroll, the dialog does not grow
+    assert label(manager, "loadingLabel").toolTip() == str(long_name)  # cut text, full path
+
+
+def test_the_picker_opens_the_manager_window(qtbot: QtBot, db: Database) -> None:
+    from PySide6.QtGui import QAction
+
+    from app.ui.model_picker import ModelPicker
+
+    picker = ModelPicker(db)
+    qtbot.addWidget(picker)
+    picker.rebuild()
+    action = picker.menu().findChild(QAction, "picker-manager")
+    assert action is not None and action.text() == "Model manager…"  # opens a window
+    with qtbot.waitSignal(picker.managerRequested, timeout=1000):
+        action.trigger()

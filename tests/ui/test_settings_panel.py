@@ -1,4 +1,6 @@
-"""SettingsPanel: fields round-trip, inline validation, the KV estimate, Apply, presets."""
+"""SettingsPanel: fields round-trip, inline validation, the KV estimate, Apply, presets,
+basic and advanced sections, the context the model really runs at (from a real load),
+"Stop all and apply", feedback after Apply, and a 640 px wide dialog."""
 
 from __future__ import annotations
 
@@ -7,12 +9,17 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import dataclasses
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
+    QAbstractButton,
+    QAbstractItemView,
+    QAbstractSpinBox,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
@@ -26,7 +33,10 @@ from PySide6.QtWidgets import (
 from pytestqt.qtbot import QtBot
 
 from app.engine.metadata import ModelInfo, read_model_info
-from app.engine.settings import ContextSettings
+from app.engine.settings import ContextSettings, SamplingParams
+from app.session import LoadedModel, Session
+from app.session import events as ev
+from app.settings_schema import BASIC_CONTEXT_FIELDS, CONTEXT_FIELDS
 from app.ui.settings_panel import FROM_MODEL, SettingsPanel, format_bytes
 from tests.support.gguf_models import TinySpec, write_tiny_model
 
@@ -61,12 +71,77 @@ def model_info(head_dim: int = 128, n_layer: int = 32, n_head_kv: int = 8) -> Mo
     )
 
 
+@pytest.fixture(autouse=True)
+def advanced_closed() -> Iterator[None]:
+    """Each test starts with the "Advanced" section closed (the panel remembers it)."""
+    SettingsPanel.advanced_open = False
+    yield
+    SettingsPanel.advanced_open = False
+
+
 def make_panel(
     qtbot: QtBot, settings: ContextSettings | None = None, **kwargs: Any
 ) -> SettingsPanel:
     panel = SettingsPanel(settings or ContextSettings(n_threads=4, n_threads_batch=4), **kwargs)
     qtbot.addWidget(panel)
     return panel
+
+
+# -- layout checks (also used by the model manager's tests) ------------------------------
+
+_CONTROLS = (QLabel, QAbstractButton, QAbstractSpinBox, QComboBox, QProgressBar, QAbstractItemView)
+
+
+def controls(container: QWidget, skip: tuple[QWidget, ...] = ()) -> list[QWidget]:
+    """The visible controls inside ``container`` (not the parts of a control, such as a spin
+    box's line edit or a table's header, and nothing inside ``skip``)."""
+    found: list[QWidget] = []
+    for widget in container.findChildren(QWidget):
+        if not isinstance(widget, _CONTROLS) or not widget.isVisibleTo(container):
+            continue
+        parent = widget.parentWidget()
+        inside = False
+        while parent is not None and parent is not container:
+            if isinstance(parent, _CONTROLS) or parent in skip:
+                inside = True
+                break
+            parent = parent.parentWidget()
+        if not inside and widget not in skip:
+            found.append(widget)
+    return found
+
+
+def assert_laid_out(container: QWidget, skip: tuple[QWidget, ...] = ()) -> int:
+    """No two controls overlap, each lies inside ``container``'s width, and no label's text
+    is cut (a wrapped label is tall enough for its lines; ``Ignored`` ones may elide).
+    Returns how many controls were checked."""
+    from PySide6.QtCore import QRect
+    from PySide6.QtWidgets import QSizePolicy
+
+    items = controls(container, skip)
+    rects: list[tuple[QWidget, QRect]] = []
+    for widget in items:
+        rect = QRect(widget.mapTo(container, widget.rect().topLeft()), widget.size())
+        assert rect.left() >= 0 and rect.right() < container.width(), (
+            f"{widget.objectName() or type(widget).__name__} sticks out: {rect} in "
+            f"{container.width()} px"
+        )
+        if isinstance(widget, QLabel) and widget.text():
+            policy = widget.sizePolicy().horizontalPolicy()
+            if widget.wordWrap():
+                need = widget.heightForWidth(widget.width())
+                assert need <= widget.height() + 1, (widget.text()[:60], need, widget.height())
+            elif policy is not QSizePolicy.Policy.Ignored:
+                need = widget.minimumSizeHint().width()
+                assert need <= widget.width(), (widget.text()[:60], need, widget.width())
+        rects.append((widget, rect))
+    for i, (a, ra) in enumerate(rects):
+        for b, rb in rects[i + 1 :]:
+            assert not ra.intersects(rb), (
+                f"{a.objectName() or type(a).__name__} {ra} overlaps "
+                f"{b.objectName() or type(b).__name__} {rb}"
+            )
+    return len(rects)
 
 
 def field(panel: SettingsPanel, name: str) -> QWidget:
@@ -368,7 +443,12 @@ def test_panel_fits_the_screen_and_scrolls(qtbot: QtBot) -> None:
     scroll = panel.findChild(QScrollArea)
     assert scroll is not None and scroll.widget() is panel._fields_widget
     assert panel.isSizeGripEnabled()  # resizable
-    # the fields scroll instead of stretching the dialog
+    # the basic fields fit; with the advanced ones open, they scroll instead of stretching
+    # the dialog
+    assert panel._fields_widget.sizeHint().height() <= scroll.viewport().height()
+    panel.findChild(QWidget, "advancedToggle").click()  # type: ignore[union-attr]
+    qtbot.waitUntil(lambda: panel.is_advanced_open())
+    assert panel.height() <= int(area.height() * 0.9)
     assert panel._fields_widget.sizeHint().height() > scroll.viewport().height()
     panel.close()
 
@@ -448,3 +528,250 @@ def test_estimate_counts_recurrent_state_and_attention_layers_only(
     panel.set_model_info(mamba)
     text = label_text(panel, "estimateLabel")
     assert "no per-token cache" in text and "Recurrent state" in text
+
+
+# -- a real model: what the context really got -------------------------------------------
+
+# As the demo model: trained for 512 tokens. Asking for 4,096 gives 512 (the panel showed
+# 4,096 while the model ran at 512; issue 14 item 17).
+ASKED = ContextSettings(
+    n_ctx=4096, n_batch=128, n_ubatch=128, n_seq_max=2, n_threads=1, n_threads_batch=1
+)
+ENDLESS = 'root ::= ("hello" | " world" | " tab" | " llama") root'
+
+
+@pytest.fixture(scope="module")
+def short_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("short")
+    return write_tiny_model(folder / "short.gguf", TinySpec(n_ctx_train=512, name="Short Tiny"))
+
+
+class SessionEvents:
+    """A real session's session-wide events, collected from its thread."""
+
+    def __init__(self, session: Session) -> None:
+        self._cond = threading.Condition()
+        self.events: list[object] = []
+        session.subscribe_session(self._on_event)
+
+    def _on_event(self, event: object) -> None:
+        with self._cond:
+            self.events.append(event)
+            self._cond.notify_all()
+
+    def wait_for(self, kind: type, after: int = 0, timeout: float = 30.0) -> Any:
+        """The first event of ``kind`` among those after the ``after``-th."""
+
+        def found() -> list[object]:
+            return [e for e in self.events[after:] if isinstance(e, kind)]
+
+        with self._cond:
+            assert self._cond.wait_for(lambda: bool(found()), timeout), kind.__name__
+            return found()[0]
+
+
+@pytest.fixture
+def loaded(short_model: Path) -> Iterator[tuple[Session, SessionEvents, LoadedModel]]:
+    session = Session()  # no storage: only the engine and its thread
+    events = SessionEvents(session)
+    session.load_model(str(short_model), ASKED, fallback=False)
+    model = events.wait_for(ev.ModelLoaded).model
+    yield session, events, model
+    session.shutdown()
+    assert session.join(10.0)
+
+
+def test_context_field_says_what_the_model_really_runs_at(
+    qtbot: QtBot, loaded: tuple[Session, SessionEvents, LoadedModel]
+) -> None:
+    _, _, model = loaded
+    assert (model.settings.n_ctx, model.n_ctx, model.info.n_ctx_train) == (4096, 512, 512)
+    panel = make_panel(qtbot, model.settings, loaded=model)
+    assert spin(panel, "n_ctx").value() == 4096  # what was asked for, as stored
+    running = label_text(panel, "runningLabel")
+    assert "runs at <b>512 tokens</b>, not the 4,096 asked for" in running
+    assert "training limit is 512" in running
+    # the estimate counts what the context holds, not what was asked for
+    assert "for 512 tokens" in label_text(panel, "estimateLabel")
+    # editing the field previews what applying would give
+    spin(panel, "n_ctx").setValue(8192)
+    assert "Applying 8,192 would give 512 tokens" in label_text(panel, "runningLabel")
+    spin(panel, "n_ctx").setValue(256)
+    assert "Applying gives 256 tokens" in label_text(panel, "runningLabel")
+    # another model loaded: no stale figures
+    panel.set_model_info(model_info())
+    assert "runs at" not in label_text(panel, "runningLabel")
+    panel.set_loaded_model(None)
+    assert label_text(panel, "runningLabel") == ""
+
+
+def test_stop_all_apply_then_feedback_from_a_real_reconfigure(
+    qtbot: QtBot, loaded: tuple[Session, SessionEvents, LoadedModel]
+) -> None:
+    session, events, model = loaded
+    panel = make_panel(qtbot, model.settings, loaded=model)
+    panel.show()
+    note = panel.findChild(QLabel, "generatingNote")
+    assert note is not None and not note.isVisible()
+
+    # A reply is being written (a real one, that cannot end by itself).
+    session.submit_text(1, "hello", SamplingParams(max_tokens=100_000, grammar=ENDLESS))
+    panel.set_generating(True)
+    assert note.isVisible() and "rebuild the context stop them" in note.text()
+    spin(panel, "n_threads").setValue(2)  # threads change live: nothing is stopped
+    assert apply_button(panel).text() == "Apply (threads only, live)"
+    spin(panel, "n_ctx").setValue(256)
+    assert apply_button(panel).text() == "Stop all and apply"
+    assert "stops them" in apply_button(panel).toolTip()
+    assert "stops them first" in note.text()
+    with qtbot.waitSignal(panel.applyRequested, timeout=1000) as blocker:
+        apply_button(panel).click()
+    (wanted,) = blocker.args
+    panel.set_applying(True, "Stopping the replies and rebuilding the context…")
+    assert not note.isVisible() and not apply_button(panel).isEnabled()
+
+    # Applied without stopping first, the engine refuses: the real sentence is shown and
+    # the dialog keeps the values entered.
+    seen = len(events.events)
+    session.reconfigure(wanted)
+    failed = events.wait_for(ev.ReconfigureFailed, seen)
+    panel.show_failed(failed.message)
+    error = label_text(panel, "errorLabel")
+    assert error.startswith("Not applied: Stop generation") and "still here" in error
+    assert panel.isVisible() and panel.current_settings() == wanted
+    assert apply_button(panel).isEnabled()  # try again
+
+    # Stopped, then applied: the dialog says what the model now runs with.
+    session.stop(None)
+    panel.set_generating(False)
+    assert apply_button(panel).text() == "Apply and rebuild context" and not note.isVisible()
+    applied: LoadedModel | None = None
+    for _attempt in range(50):  # the stop lands within a step; the refusal until then is real
+        seen = len(events.events)
+        session.reconfigure(wanted)
+        outcome = events.wait_for(ev.Reconfigured | ev.ReconfigureFailed, seen)  # type: ignore[arg-type]
+        if isinstance(outcome, ev.Reconfigured):
+            applied = outcome.model
+            break
+        qtbot.wait(20)
+    assert applied is not None and applied.n_ctx == 256
+    panel.show_applied(applied)
+    done = label_text(panel, "appliedLabel")
+    assert done.startswith("Applied: the model now runs with a 256-token context")
+    assert "2 generation threads" in done and "Every open tab was kept" in done
+    assert label_text(panel, "errorLabel") == ""
+    assert panel.current_settings() == applied.settings
+    assert apply_button(panel).text() == "Apply" and not apply_button(panel).isEnabled()
+    assert "runs at 256 tokens" in label_text(panel, "runningLabel")
+    spin(panel, "n_ctx").setValue(512)  # a new edit: the old feedback goes
+    assert label_text(panel, "appliedLabel") == ""
+
+
+def test_applied_text_says_when_the_model_got_less_than_asked(
+    loaded: tuple[Session, SessionEvents, LoadedModel],
+) -> None:
+    from app.ui.settings_panel import applied_text
+
+    _, _, model = loaded
+    text = applied_text(model)
+    assert text.startswith("Applied: the model now runs with a 512-token context")
+    assert "not the 4,096 asked for" in text and "shared by 2 resident tabs" in text
+    split = dataclasses.replace(
+        model, settings=dataclasses.replace(model.settings, kv_unified=False), n_ctx_seq=256
+    )
+    assert "256 for each of 2 resident tabs" in applied_text(split)
+
+
+# -- basic and advanced ------------------------------------------------------------------
+
+
+def test_basic_fields_first_and_the_rest_under_advanced(qtbot: QtBot) -> None:
+    from PySide6.QtWidgets import QToolButton
+
+    panel = make_panel(qtbot, model_info=model_info())
+    panel.show()
+    basic = panel.findChild(QWidget, "basicSection")
+    advanced = panel.findChild(QWidget, "advancedSection")
+    toggle = panel.findChild(QToolButton, "advancedToggle")
+    assert basic is not None and advanced is not None and toggle is not None
+    for name, spec in CONTEXT_FIELDS.items():
+        section = advanced if spec.advanced else basic
+        assert section.isAncestorOf(field(panel, name)), name
+    assert [n for n in CONTEXT_FIELDS if basic.isAncestorOf(field(panel, n))] == list(
+        BASIC_CONTEXT_FIELDS
+    )
+    assert not advanced.isVisible() and not panel.is_advanced_open()
+    assert field(panel, "n_ctx").isVisible() and not field(panel, "type_k").isVisible()
+    # changed values hidden in the closed section are counted on its button
+    choose(panel, "type_k", "q8_0")
+    choose(panel, "flash_attn", "on")
+    assert toggle.text() == "Advanced settings (2 changed)"
+    toggle.click()
+    assert advanced.isVisible() and field(panel, "type_k").isVisible()
+    # the next panel opens the way this one was left (in-process)
+    again = make_panel(qtbot)
+    again.show()
+    assert again.is_advanced_open()
+    toggle.click()
+    assert not make_panel(qtbot).is_advanced_open()
+
+
+def test_a_problem_in_an_advanced_field_opens_the_section(qtbot: QtBot) -> None:
+    panel = make_panel(qtbot, model_info=model_info())
+    panel.show()
+    assert not panel.is_advanced_open()
+    choose(panel, "type_v", "q8_0")
+    choose(panel, "flash_attn", "off")  # a quantized V cache needs flash attention
+    assert "needs flash attention" in label_text(panel, "problemLabel")
+    assert panel.is_advanced_open() and field(panel, "type_v").isVisible()
+
+
+# -- narrow windows ----------------------------------------------------------------------
+
+
+def test_the_dialog_works_640_px_wide(qtbot: QtBot) -> None:
+    from PySide6.QtWidgets import QScrollArea
+
+    panel = make_panel(
+        qtbot, ContextSettings(n_threads=4, n_threads_batch=4), model_info=model_info()
+    )
+    panel.set_generating(True)
+    panel.show()
+    qtbot.waitExposed(panel)
+    assert panel.minimumSizeHint().width() <= 640
+    panel.resize(640, 720)
+    spin(panel, "n_ctx").setValue(16384)  # the running preview and the estimate's notes
+    panel.findChild(QWidget, "advancedToggle").click()  # type: ignore[union-attr]
+    panel.show_error("The context could not be created: not enough memory for 16,384 tokens.")
+    qtbot.waitUntil(lambda: panel.width() == 640)
+    qtbot.wait(50)  # the layout settles (word-wrapped labels take their height)
+    scroll = panel.findChild(QScrollArea)
+    assert scroll is not None
+    fields = panel._fields_widget
+    assert fields.width() <= scroll.viewport().width()  # no sideways scrolling
+    assert assert_laid_out(fields) > 3 * len(CONTEXT_FIELDS)  # label, editor, mark, help...
+    assert assert_laid_out(panel, skip=(scroll,)) >= 8  # the rest of the dialog
+    for name in ("errorLabel", "generatingNote", "estimateLabel", "runningLabel"):
+        assert label_text(panel, name), name
+    assert apply_button(panel).text() == "Stop all and apply"
+
+
+def test_the_layout_check_catches_overlaps_and_cut_text(qtbot: QtBot) -> None:
+    owner = QWidget()
+    qtbot.addWidget(owner)
+    owner.resize(300, 100)
+    first, second = QLabel("first", owner), QLabel("second", owner)
+    first.setGeometry(0, 0, 100, 30)
+    second.setGeometry(50, 10, 100, 30)
+    owner.show()
+    with pytest.raises(AssertionError, match="overlaps"):
+        assert_laid_out(owner)
+    second.move(150, 0)
+    assert assert_laid_out(owner) == 2
+    first.setText("a label far too long for the hundred pixels it was given")
+    with pytest.raises(AssertionError, match="far too long"):
+        assert_laid_out(owner)
+    first.setText("first")
+    second.move(250, 0)  # half outside
+    with pytest.raises(AssertionError, match="sticks out"):
+        assert_laid_out(owner)

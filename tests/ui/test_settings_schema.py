@@ -305,3 +305,80 @@ def test_one_byte_format() -> None:
     assert format_bytes(1536) == "1.50 KiB"
     assert format_bytes(3 * 1024**3) == "3.00 GiB"
     assert format_bytes(40 * 1024**4) == "40.0 TiB"
+
+
+def test_basic_and_advanced_are_marked_once_in_the_schema() -> None:
+    from app.settings_schema import ADVANCED_CONTEXT_GROUPS, BASIC_CONTEXT_FIELDS
+
+    # the few fields most people change: how much the model remembers, and how fast
+    assert BASIC_CONTEXT_FIELDS == ("n_ctx", "n_seq_max", "n_batch", "n_threads")
+    advanced = [name for _, names in ADVANCED_CONTEXT_GROUPS for name in names]
+    # every context field in exactly one place, each advanced group non-empty
+    assert sorted([*BASIC_CONTEXT_FIELDS, *advanced]) == sorted(CONTEXT_FIELDS)
+    assert len(advanced) == len(set(advanced))
+    assert all(names for _, names in ADVANCED_CONTEXT_GROUPS)
+    assert all(CONTEXT_FIELDS[n].advanced for n in advanced)
+    assert not any(s.advanced for s in SAMPLING_FIELDS.values())
+
+
+def test_when_full_is_a_conversation_field_with_the_session_policies() -> None:
+    from app.session import ContextFullPolicy
+    from app.session.types import POLICY_KEY, policy_of
+    from app.settings_schema import CONVERSATION_FIELDS
+
+    spec = CONVERSATION_FIELDS[POLICY_KEY]  # stored under the key the session reads
+    assert spec.kind == "choice" and spec.label == "When the context is full"
+    assert spec.choice_values() == tuple(p.value for p in ContextFullPolicy)
+    assert ContextFullPolicy.parse(spec.default_value()) is ContextFullPolicy.SHIFT
+    for value in spec.choice_values():
+        assert policy_of({POLICY_KEY: value}) is ContextFullPolicy(value)
+        assert len(spec.help_for_choice(value)) > 40, value
+    assert spec.choice_text("stop") == "Stop the reply"
+    assert spec.problem("stop") is None
+    problem = spec.problem("drop")
+    assert problem is not None and problem.startswith(
+        "When the context is full (context_full_policy)"
+    )
+    assert spec.migrate("drop")[0] is MISSING  # an unusable stored value: the default
+    # not a sampling parameter: the engine's and the API's lists do not include it
+    assert POLICY_KEY not in SAMPLING_FIELDS and POLICY_KEY not in CONTEXT_FIELDS
+
+
+def test_choice_editor_explains_each_choice_and_reports_only_user_choices(qtbot: QtBot) -> None:
+    from PySide6.QtCore import Qt
+
+    from app.session.types import POLICY_KEY
+    from app.settings_schema import CONVERSATION_FIELDS
+    from app.ui.field_editors import SpecComboBox, make_editor, read_editor, write_editor
+
+    spec = CONVERSATION_FIELDS[POLICY_KEY]
+    combo = make_editor(spec)
+    assert isinstance(combo, SpecComboBox)
+    qtbot.addWidget(combo)
+    assert [combo.itemData(i) for i in range(combo.count())] == ["shift", "stop"]
+    assert [combo.itemText(i) for i in range(combo.count())] == [
+        "Drop the oldest messages",
+        "Stop the reply",
+    ]
+    for i in range(combo.count()):
+        tip = combo.itemData(i, Qt.ItemDataRole.ToolTipRole)
+        assert tip == spec.help_for_choice(combo.itemData(i))
+    assert combo.value() == "shift" and "Drop the oldest messages:" in combo.toolTip()
+
+    # showing a stored value is not an edit
+    with qtbot.assertNotEmitted(combo.chosen):
+        assert combo.set_value("stop")
+    assert combo.value() == "stop" and read_editor(combo) == "stop"
+    assert "Stop the reply:" in combo.toolTip() and spec.help in combo.toolTip()
+    assert not combo.set_value("drop") and combo.value() == "stop"  # unknown: nothing changes
+
+    # the user picking an item (keyboard on the closed box) reports its value
+    combo.show()
+    combo.setFocus()
+    with qtbot.waitSignal(combo.chosen, timeout=1000) as picked:
+        qtbot.keyClick(combo, Qt.Key.Key_Up)
+    assert picked.args == ["shift"] and combo.value() == "shift"
+
+    # the settings panel's way in keeps an unknown value visible rather than dropping it
+    assert write_editor(spec, combo, "drop")
+    assert read_editor(combo) == "drop" and "not a valid choice" in combo.currentText()

@@ -66,7 +66,8 @@ def test_broken_model_file_in_the_model_manager(
     window.db.add_folder(folder)
     window.show_model_manager()
     manager = window.model_manager()
-    assert manager is not None and window.models_dock.isVisible()
+    assert manager is not None and window.models_dialog is not None
+    assert window.models_dialog.isVisible()
     manager.refresh()
     qtbot.waitUntil(lambda: not manager.is_scanning(), timeout=15000)
     entries = {Path(e.path).name: e for e in window.db.list_models()}

@@ -242,3 +242,35 @@ def test_the_demo_model_offers_first_prompts(
 def test_other_models_get_no_demo_prompts(qtbot: Any, make_window: Any) -> None:
     window, _ = make_window()
     assert not window.welcome.prompts.isVisible()
+
+
+def test_stop_all_and_apply_rebuilds_while_a_reply_is_written(
+    qtbot: Any, make_window: Any
+) -> None:
+    from PySide6.QtWidgets import QLabel, QSpinBox
+
+    window, _ = make_window()
+    window.show_model_manager()  # a dialog now, not a dock over the chats
+    assert window.models_dialog is not None and window.models_dialog.isVisible()
+    window.models_dialog.hide()
+    tab = window.new_tab()
+    assert tab is not None
+    set_sampling(tab, grammar=ENDLESS_GRAMMAR, max_tokens=100000, temperature=0.8, seed=3)
+    send(qtbot, tab, "hello")
+    qtbot.waitUntil(lambda: tab.generating and bool(tab.reply_text()), timeout=10000)
+    window.open_settings()
+    panel = window.settings_panel()
+    assert panel is not None
+    qtbot.waitUntil(panel.isVisible)
+    n_ctx = panel.findChild(QSpinBox, "field_n_ctx")
+    n_ctx.setValue(1024)
+    apply = panel.findChild(QPushButton, "applyButton")
+    assert apply.text() == "Stop all and apply"
+    apply.click()
+    applied = panel.findChild(QLabel, "appliedLabel")
+    qtbot.waitUntil(applied.isVisible, timeout=15000)
+    assert "Applied" in applied.text() and "1,024" in applied.text()
+    assert not tab.generating and window.model is not None and window.model.n_ctx == 1024
+    assert apply.text() != "Stop all and apply"
+    reply = window.db.get_thread(tab.cid)[-1]
+    assert reply.role == "assistant" and reply.status == "stopped" and reply.content
