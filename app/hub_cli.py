@@ -29,7 +29,10 @@ def register(sub: Any) -> None:
         "--dir", type=Path, metavar="DIR", help="where to put it (default: the library folder)"
     )
     p.add_argument(
-        "--endpoint", metavar="URL", help="the Hub's address (default: HF_ENDPOINT or the Hub)"
+        "--endpoint",
+        metavar="URL",
+        help="the Hub's address (default: HF_ENDPOINT, else the Hub address in Preferences, "
+        "else huggingface.co)",
     )
     p.add_argument("--revision", default="main", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_pull)

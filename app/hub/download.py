@@ -42,6 +42,7 @@ from app.hub.errors import (
     ChecksumMismatchError,
     DiskSpaceError,
     HubError,
+    UnsafeFileNameError,
     describe,
 )
 from app.hub.events import (
@@ -257,23 +258,18 @@ class DownloadManager:
 
     def pending(self) -> list[DownloadRequest]:
         """Downloads left unfinished by an earlier run (from their sidecars)."""
-        found: dict[str, DownloadRequest] = {}
-        for sidecar in sorted(self.downloads_dir.glob("*/*.part.json")):
-            data = _read_json(sidecar)
-            if data is None:
-                continue
-            try:
-                files = tuple(
-                    RemoteFile(str(f["path"]), int(f["size"]), f.get("sha256")) for f in data["set"]
+        return [p.request for p in scan_pending(self.downloads_dir)]
+
+    def adopt(self, pending: PendingDownload) -> str:
+        """Know an unfinished download of an earlier run as a paused job (nothing is
+        fetched): :meth:`resume` continues it, :meth:`cancel` deletes its partial files."""
+        job_id = pending.request.job_id
+        with self._lock:
+            if job_id not in self._jobs:
+                self._jobs[job_id] = _Job(
+                    pending.request, state="paused", done=pending.done, total=pending.total
                 )
-                dest = data.get("dest_dir")
-                request = DownloadRequest(
-                    str(data["repo_id"]), files, str(data["revision"]), Path(dest) if dest else None
-                )
-            except (KeyError, TypeError, ValueError):
-                continue
-            found.setdefault(request.job_id, request)
-        return list(found.values())
+        return job_id
 
     def wait(self, job_id: str, timeout: float | None = None) -> JobStatus:
         """Block until the job is no longer queued or running (for the command line)."""
@@ -691,6 +687,51 @@ class _Speed:
         return (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
 
 
+@dataclass(frozen=True)
+class PendingDownload:
+    """A download an earlier run left unfinished: what it is and how far it got."""
+
+    request: DownloadRequest
+    done: int  # bytes in its partial files
+    total: int | None
+
+
+def scan_pending(downloads_dir: Path) -> list[PendingDownload]:
+    """The unfinished downloads in ``downloads_dir``, from their sidecars (a few small
+    files: run it off the GUI thread all the same). Unreadable sidecars are skipped."""
+    found: dict[str, tuple[DownloadRequest, dict[str, int]]] = {}
+    for sidecar in sorted(downloads_dir.glob("*/*.part.json")):
+        data = _read_json(sidecar)
+        if data is None:
+            continue
+        try:
+            files = tuple(
+                RemoteFile(str(f["path"]), int(f["size"]), f.get("sha256")) for f in data["set"]
+            )
+            dest = data.get("dest_dir")
+            request = DownloadRequest(
+                str(data["repo_id"]), files, str(data["revision"]), Path(dest) if dest else None
+            )
+            path, size = str(data["path"]), int(data["size"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if not files:
+            continue
+        _request, sizes = found.setdefault(request.job_id, (request, {}))
+        sizes[path] = size  # the size the Hub's HEAD gave (the listing's may be 0)
+    out: list[PendingDownload] = []
+    for request, sizes in found.values():
+        folder = downloads_dir / request.repo_id.replace("/", "--")
+        done = 0
+        for remote in request.files:
+            with contextlib.suppress(UnsafeFileNameError):
+                done += _size(folder / (local_name(remote.path) + ".part"))
+        known = [sizes.get(f.path) or f.size for f in request.files]
+        total = sum(known) if all(k > 0 for k in known) else None
+        out.append(PendingDownload(request, done, total))
+    return out
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -739,4 +780,4 @@ def _mb(n: int) -> str:
     return format_bytes(max(n, 0))
 
 
-__all__ = ["DownloadManager", "DownloadRequest", "JobStatus"]
+__all__ = ["DownloadManager", "DownloadRequest", "JobStatus", "PendingDownload", "scan_pending"]

@@ -36,7 +36,10 @@ class DiskSpaceError(HubError):
     """Not enough free space, before or while writing."""
 
 
-GATED_HINT = "accept the licence on the model page, then add a token"
+GATED_HINT = (
+    "accept the licence on the model page, then add a token "
+    "(Settings -> Preferences -> Hugging Face, or HF_TOKEN)"
+)
 
 
 def _status(exc: BaseException) -> int | None:

@@ -15,6 +15,7 @@ default. :func:`migrate_sampling` does the same for a conversation's sampling di
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import logging
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 from app import paths
 from app.fsutil import atomic_write_bytes
@@ -34,6 +36,7 @@ from app.settings_schema import (
     SAMPLING_FIELDS,
     SPEC_KEY,
     FieldSpec,
+    format_bytes,
     spec_field,
 )
 from app.storage.errors import StorageError
@@ -114,6 +117,56 @@ def migrate_context(data: Any, where: str = "context") -> dict[str, Any]:
     return _migrate_values(CONTEXT_FIELDS, data, where)[0]
 
 
+Theme = Literal["system", "light", "dark"]
+THEMES: tuple[Theme, ...] = ("system", "light", "dark")
+
+# The chat's font size in points; 0 follows the system. The one range, for the stored
+# value's check, the Preferences dialog's editor and its sentence.
+FONT_SIZE_SYSTEM = 0
+FONT_SIZE_MIN = 6
+FONT_SIZE_MAX = 72
+# The state-cache quota's upper bound: a typo (a TB) must not look like "keep everything".
+STATE_QUOTA_MAX = 1024**4
+
+
+def font_size_problem(value: int) -> str | None:
+    if value == FONT_SIZE_SYSTEM or FONT_SIZE_MIN <= value <= FONT_SIZE_MAX:
+        return None
+    return (
+        f"The chat font size must be between {FONT_SIZE_MIN} and {FONT_SIZE_MAX} points "
+        f"(or {FONT_SIZE_SYSTEM} for the system's size), not {value}."
+    )
+
+
+def quota_problem(value: int) -> str | None:
+    if 0 <= value <= STATE_QUOTA_MAX:
+        return None
+    return (
+        f"The state-cache quota must be between 0 and {format_bytes(STATE_QUOTA_MAX)}, "
+        f"not {value:,} bytes."
+    )
+
+
+def endpoint_problem(value: str) -> str | None:
+    """A sentence if ``value`` is not a usable Hub address ("" means the default)."""
+    text = value.strip()
+    if not text:
+        return None
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return (
+            f"The Hub address {text!r} must be a web address starting with http:// or "
+            "https://, e.g. https://hf-mirror.com; leave it empty for huggingface.co."
+        )
+    if any(c.isspace() for c in text) or parts.query or parts.fragment:
+        return f"The Hub address {text!r} must not contain spaces, a query (?) or a #."
+    return None
+
+
+def _ok(problem: Callable[[Any], str | None]) -> dict[str, Any]:
+    return _check(lambda v: problem(v) is None)
+
+
 @dataclass
 class AppSettings:
     """Everything app-wide the user can set (model folders live in the database)."""
@@ -121,16 +174,84 @@ class AppSettings:
     last_model_path: str | None = None
     default_system_prompt: str = ""
     default_sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
-    state_quota_bytes: int = field(default=4 * 1024**3, metadata=_check(lambda v: v >= 0))
+    state_quota_bytes: int = field(default=4 * 1024**3, metadata=_ok(quota_problem))
     context_full_policy: Literal["shift", "stop"] = "shift"
     # engine ContextSettings fields (the engine checks the combination, the schema each one)
     context: dict[str, Any] = field(default_factory=dict, metadata={"migrate": migrate_context})
-    theme: Literal["system", "light", "dark"] = "system"
+    theme: Theme = "system"
     window_geometry: str = ""  # base64 of QWidget.saveGeometry()
     window_state: str = ""  # base64 of QMainWindow.saveState()
-    font_size: int = field(default=0, metadata=_check(lambda v: 0 <= v <= 72))  # 0: system
-    send_with_enter: bool = True
+    font_size: int = field(default=FONT_SIZE_SYSTEM, metadata=_ok(font_size_problem))
+    send_with_enter: bool = True  # False: Ctrl+Enter sends and Enter is a new line
     restore_tabs: bool = True
+    # The Hugging Face Hub's address (a mirror); "" is HF_ENDPOINT, else huggingface.co.
+    # HF_ENDPOINT, when set, wins (app.hub.config.endpoint): the environment is explicit.
+    hub_endpoint: str = field(default="", metadata=_ok(endpoint_problem))
+
+
+@dataclass(frozen=True)
+class Preferences:
+    """What the Preferences dialog edits: a frozen copy of those :class:`AppSettings`
+    fields (the rest of AppSettings is the window's own: geometry, context, last model)."""
+
+    theme: Theme
+    font_size: int
+    send_with_enter: bool
+    restore_tabs: bool
+    default_system_prompt: str
+    default_sampling: SamplingDefaults
+    state_quota_bytes: int
+    hub_endpoint: str
+
+    @classmethod
+    def of(cls, settings: AppSettings) -> Preferences:
+        return cls(
+            theme=settings.theme,
+            font_size=settings.font_size,
+            send_with_enter=settings.send_with_enter,
+            restore_tabs=settings.restore_tabs,
+            default_system_prompt=settings.default_system_prompt,
+            default_sampling=copy.deepcopy(settings.default_sampling),
+            state_quota_bytes=settings.state_quota_bytes,
+            hub_endpoint=settings.hub_endpoint,
+        )
+
+    def problems(self) -> list[str]:
+        """One sentence per invalid value (empty: valid), checked as loading checks them."""
+        out: list[str] = []
+        if self.theme not in THEMES:
+            out.append(f"The theme must be one of {', '.join(THEMES)}, not {self.theme!r}.")
+        for problem in (
+            font_size_problem(self.font_size),
+            quota_problem(self.state_quota_bytes),
+            endpoint_problem(self.hub_endpoint),
+        ):
+            if problem is not None:
+                out.append(problem)
+        for name, value in self.default_sampling.to_dict().items():
+            sentence = SAMPLING_FIELDS[name].problem(value)
+            if sentence is not None:
+                out.append(sentence)
+        return out
+
+    def changed(self, other: Preferences) -> frozenset[str]:
+        """The names of the fields whose values differ from ``other``'s."""
+        return frozenset(
+            f.name
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(other, f.name)
+        )
+
+    def apply_to(self, settings: AppSettings) -> None:
+        """Write these values into ``settings`` (in place: the window's one copy)."""
+        settings.theme = self.theme
+        settings.font_size = self.font_size
+        settings.send_with_enter = self.send_with_enter
+        settings.restore_tabs = self.restore_tabs
+        settings.default_system_prompt = self.default_system_prompt
+        settings.default_sampling = copy.deepcopy(self.default_sampling)
+        settings.state_quota_bytes = self.state_quota_bytes
+        settings.hub_endpoint = self.hub_endpoint
 
 
 def _matches(value: Any, annotation: Any) -> bool:

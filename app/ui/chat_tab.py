@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
+    QApplication,
     QCheckBox,
     QComboBox,
     QHBoxLayout,
@@ -909,6 +910,16 @@ class ChatTab(QWidget):
         return painted
 
     # ------------------------------------------------------------------ status
+
+    def set_font_size(self, points: int) -> None:
+        """The chat's text size (a preference; 0: the system's)."""
+        size = float(points) if points > 0 else QApplication.font().pointSizeF()
+        for widget in (self.view, self.composer):
+            font = widget.font()
+            if font.pointSizeF() != size:
+                font.setPointSizeF(size)
+                widget.setFont(font)
+        self.composer.refit()
 
     def set_compact(self, compact: bool) -> None:
         """A narrow window: shorter labels, so nothing overlaps."""

@@ -39,6 +39,10 @@ class Composer(QPlainTextEdit):
         self._fit()
         self.textChanged.connect(self._fit)
 
+    def refit(self) -> None:
+        """Fit the height again (after a font change)."""
+        self._fit()
+
     def _fit(self) -> None:
         lines = max(1, min(8, int(self.document().size().height())))
         metrics = self.fontMetrics()

@@ -43,8 +43,8 @@ from app.hub.client import GGUFEntry, RepoDetails, RepoSummary, Sort
 from app.hub.errors import HubError
 from app.hub.fit import FitEstimate, estimate, recommend
 from app.session.jobs import JobThread
+from app.settings_schema import format_bytes
 from app.ui.downloads_panel import Downloads, DownloadsPanel, make_client
-from app.ui.settings_panel import format_bytes
 from app.ui.theme import colors
 
 __all__ = ["SORTS", "DiscoverDialog"]
@@ -421,7 +421,7 @@ class DiscoverDialog(QDialog):
         if details.gated:
             text += (
                 "<br>This repository is gated: accept the licence on its Hugging Face page, "
-                "then add a token."
+                "then add a token in Settings → Preferences → Hugging Face."
             )
         if details.incomplete_splits:
             text += "<br>Left out (parts missing): " + html.escape(

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.hub.client import GGUFEntry, HubClient
-from app.hub.download import DownloadManager, DownloadRequest
+from app.hub.download import DownloadManager, DownloadRequest, PendingDownload, scan_pending
 from app.hub.errors import HubError
 from app.hub.events import (
     Cancelled,
@@ -40,7 +40,8 @@ from app.hub.events import (
     Started,
     Verified,
 )
-from app.ui.settings_panel import format_bytes
+from app.session.jobs import JobThread
+from app.settings_schema import format_bytes
 from app.ui.theme import colors
 
 __all__ = ["DownloadView", "Downloads", "DownloadsPanel", "format_eta", "make_client"]
@@ -80,6 +81,7 @@ def format_eta(seconds: float | None) -> str:
 
 class _Bridge(QObject):
     relayed = Signal(object)  # a DownloadEvent, emitted on the manager's thread (queued here)
+    scanned = Signal(object)  # list[PendingDownload], from the scan's thread
 
 
 class Downloads(QObject):
@@ -88,6 +90,7 @@ class Downloads(QObject):
 
     changed = Signal(str)
     finished = Signal(str)
+    restored = Signal(int)  # how many unfinished downloads of an earlier run were listed
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -95,8 +98,13 @@ class Downloads(QObject):
         self.options: dict[str, Any] = {}
         self._manager: DownloadManager | None = None
         self._views: dict[str, DownloadView] = {}
+        # Unfinished downloads of an earlier run, listed as paused until Resume or Cancel
+        # hands them to the manager (which is only created then: no bytes without a click).
+        self._pending: dict[str, PendingDownload] = {}
+        self._scans = JobThread("downloads-scan")
         self._bridge = _Bridge(self)
         self._bridge.relayed.connect(self._on_event)
+        self._bridge.scanned.connect(self._on_scanned)
         self._closed = False
 
     # -- the manager ----------------------------------------------------------------------
@@ -122,6 +130,9 @@ class Downloads(QObject):
         """Queue a model (all parts of a split one); raises HubError with a sentence."""
         request = DownloadRequest.of(repo_id, entry, revision)
         job_id = request.job_id
+        # Downloading again what an earlier run left unfinished continues its partial file
+        # (same ETag): the manager takes it from here.
+        self._pending.pop(job_id, None)
         view = self._views.get(job_id)
         if view is None or not view.active:
             self._views[job_id] = DownloadView(job_id, _name(request), "queued", 0, request.total)
@@ -133,12 +144,79 @@ class Downloads(QObject):
             self._manager.pause(job_id)
 
     def resume(self, job_id: str) -> None:
-        if self._manager is not None:
-            self._manager.resume(job_id)
+        manager = self._manager_for(job_id)
+        if manager is not None:
+            manager.resume(job_id)
 
     def cancel(self, job_id: str) -> None:
-        if self._manager is not None:
-            self._manager.cancel(job_id)
+        manager = self._manager_for(job_id)
+        if manager is not None:
+            manager.cancel(job_id)
+
+    def _manager_for(self, job_id: str) -> DownloadManager | None:
+        """The manager, told first about ``job_id`` if it is a download of an earlier run."""
+        pending = self._pending.pop(job_id, None)
+        if pending is None:
+            return self._manager
+        try:
+            manager = self.manager()
+        except HubError as exc:
+            self._pending[job_id] = pending
+            view = self._views.get(job_id)
+            if view is not None:
+                self._views[job_id] = replace(view, message=str(exc))
+                self.changed.emit(job_id)
+            return None
+        manager.adopt(pending)
+        return manager
+
+    def restore_pending(self) -> None:
+        """List the downloads an earlier run left unfinished as paused, with their
+        progress (read from their sidecars off the GUI thread); nothing is fetched until
+        the user clicks Resume. ``restored(count)`` is emitted once they are listed."""
+        if self._closed:
+            return
+        folder = self.options.get("downloads_dir")
+        bridge = self._bridge
+
+        def job() -> None:
+            from app.hub import config
+
+            try:
+                found = scan_pending(Path(folder) if folder else config.downloads_dir())
+            except OSError as exc:
+                log.warning("could not list the unfinished downloads: %s", exc)
+                found = []
+            try:
+                bridge.scanned.emit(found)
+            except RuntimeError:  # the window is gone
+                pass
+
+        self._scans.submit(job)
+
+    @Slot(object)
+    def _on_scanned(self, found: object) -> None:
+        if not isinstance(found, list):
+            return
+        count = 0
+        for pending in found:
+            if not isinstance(pending, PendingDownload):
+                continue
+            job_id = pending.request.job_id
+            if job_id in self._views:  # already queued in this run
+                continue
+            self._pending[job_id] = pending
+            self._views[job_id] = DownloadView(
+                job_id,
+                _name(pending.request),
+                "paused",
+                pending.done,
+                pending.total,
+                message="Left unfinished when LlamaDesk last closed: Resume continues it.",
+            )
+            self.changed.emit(job_id)
+            count += 1
+        self.restored.emit(count)
 
     def close(self, timeout: float = 2.0) -> None:
         """Stop the worker; a running job is paused with its partial file kept."""
@@ -254,9 +332,12 @@ class _Row(QWidget):
         self.pause.clicked.connect(lambda: panel.downloads.pause(job_id))
         self.resume.clicked.connect(lambda: panel.downloads.resume(job_id))
         self.cancel.clicked.connect(lambda: panel.downloads.cancel(job_id))
-        top.addWidget(self.name, 2)
+        # The name on its own line (wrapped): a long repository and file name must not
+        # push the buttons out of a narrow dialog.
+        self.name.setWordWrap(True)
+        outer.addWidget(self.name)
         top.addWidget(self.bar, 2)
-        top.addWidget(self.figures, 1)
+        top.addWidget(self.figures, 3)
         for b in (self.pause, self.resume, self.cancel):
             top.addWidget(b)
         outer.addLayout(top)
@@ -265,6 +346,7 @@ class _Row(QWidget):
         self.message.setWordWrap(True)
         self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         outer.addWidget(self.message)
+        self._style = ""
 
     def show_view(self, view: DownloadView) -> None:
         self.name.setText(view.name)
@@ -292,14 +374,23 @@ class _Row(QWidget):
         self.cancel.setVisible(view.state not in ("finished", "cancelled"))
         self.message.setText(view.message)
         self.message.setVisible(bool(view.message))
-        error = view.state == "failed"
-        self.message.setStyleSheet(f"color: {colors(self).error};" if error else "")
+        # A style sheet re-polishes the label: set it only when it changes, not on every
+        # progress report.
+        style = f"color: {colors(self).error};" if view.state == "failed" else ""
+        if style != self._style:
+            self._style = style
+            self.message.setStyleSheet(style)
 
 
 class DownloadsPanel(QWidget):
     """The queue: one row per download, newest last."""
 
-    def __init__(self, downloads: Downloads, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        downloads: Downloads,
+        parent: QWidget | None = None,
+        empty_text: str = "Nothing is downloading. Pick a file above and click Download.",
+    ) -> None:
         super().__init__(parent)
         self.downloads = downloads
         self._rows: dict[str, _Row] = {}
@@ -307,7 +398,7 @@ class DownloadsPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         self._title = QLabel("<b>Downloads</b>")
         layout.addWidget(self._title)
-        self._empty = QLabel("Nothing is downloading. Pick a file above and click Download.")
+        self._empty = QLabel(empty_text)
         self._empty.setObjectName("downloads-empty")
         layout.addWidget(self._empty)
         self._list = QVBoxLayout()
@@ -319,6 +410,10 @@ class DownloadsPanel(QWidget):
 
     def row(self, job_id: str) -> _Row | None:
         return self._rows.get(job_id)
+
+    def job_ids(self) -> list[str]:
+        """The listed downloads, in the order shown."""
+        return list(self._rows)
 
     @Slot(str)
     def _on_changed(self, job_id: str) -> None:

@@ -57,7 +57,9 @@ from app.ui.worker import EngineWorker
 if TYPE_CHECKING:
     from app.hub.catalog import CatalogModel
     from app.ui.discover import DiscoverDialog
+    from app.ui.downloads_dialog import DownloadsDialog
     from app.ui.model_manager import ModelManager, ModelManagerDialog
+    from app.ui.preferences import PreferencesDialog
     from app.ui.settings_panel import SettingsPanel
 
 log = logging.getLogger(__name__)
@@ -125,6 +127,8 @@ class MainWindow(QMainWindow):
         self._pending_deadline = 0.0
         self._file_dialog: QFileDialog | None = None
         self._discover: DiscoverDialog | None = None
+        self._preferences: PreferencesDialog | None = None
+        self._downloads_dialog: DownloadsDialog | None = None
         self.downloads = Downloads(self)
         self.downloads.finished.connect(self._on_download_finished)
         self.total_tok_s = 0.0
@@ -310,12 +314,14 @@ class MainWindow(QMainWindow):
             self._action("Model manager…", self.show_model_manager, "Ctrl+M", "model-manager")
         )
         models.addAction(self._action("Discover…", self.show_discover, None, "discover"))
+        models.addAction(self._action("Downloads…", self.show_downloads, None, "downloads"))
         models.addAction(self._action("Load a model file…", self.choose_model_file, None, "open"))
         models.addAction(self._action("Unload the model", self.unload_model, None, "unload"))
         settings = menu.addMenu("&Settings")
         settings.addAction(
             self._action("Context settings…", self.open_settings, "Ctrl+,", "settings")
         )
+        settings.addAction(self._action("Preferences…", self.open_preferences, None, "preferences"))
         view = menu.addMenu("&View")
         toggle = self._action("Conversation list", self._toggle_sidebar, "Ctrl+B", "sidebar")
         toggle.setCheckable(True)
@@ -371,7 +377,7 @@ class MainWindow(QMainWindow):
 
     def enter_sends(self) -> bool:
         """Enter sends (Shift+Enter a new line), else Ctrl+Enter sends (a preference)."""
-        return bool(getattr(self.app_settings, "enter_sends", True))
+        return self.app_settings.send_with_enter
 
     def _connect_worker(self) -> None:
         # Session-wide events only: each tab subscribes to its own conversation's stream.
@@ -419,6 +425,9 @@ class MainWindow(QMainWindow):
             except LlamaDeskError as exc:
                 log.warning("purge failed: %s", exc)
         self.sidebar.refresh()
+        if not self.read_only:
+            self.downloads.restored.connect(self._on_downloads_restored)
+            self.downloads.restore_pending()
         if s.restore_tabs:
             try:
                 tabs, active = self.db.load_tabs()
@@ -533,6 +542,9 @@ class MainWindow(QMainWindow):
             self.show_message(str(exc))
             return None
         tab = ChatTab(self, conversation, leaf_id)
+        tab.composer.set_enter_sends(self.app_settings.send_with_enter)
+        tab.set_font_size(self.app_settings.font_size)
+        tab.set_compact(self._narrow)
         tab.titleChanged.connect(lambda t=tab: self._update_tab_title(t))
         self._tabs[conversation_id] = tab
         self.tab_widget.addTab(tab, "")
@@ -549,7 +561,9 @@ class MainWindow(QMainWindow):
         for t in [tab] if tab is not None else self.tabs():
             t.send_button.setEnabled(ready)
             t.send_button.setToolTip(
-                "Send (Enter)" if ready else "Load a model first (the picker in the toolbar)."
+                ("Send (Enter)" if self.enter_sends() else "Send (Ctrl+Enter)")
+                if ready
+                else "Load a model first (the picker in the toolbar)."
             )
 
     def _update_tab_title(self, tab: ChatTab) -> None:
@@ -982,6 +996,77 @@ class MainWindow(QMainWindow):
         dialog = self.discover()
         dialog.download_catalog(model)
         self.show_discover()
+
+    def downloads_dialog(self) -> DownloadsDialog:
+        """The downloads queue in a window of its own (the same queue Discover shows)."""
+        if self._downloads_dialog is None:
+            from app.ui.downloads_dialog import DownloadsDialog
+
+            self._downloads_dialog = DownloadsDialog(self.downloads, self)
+            self._downloads_dialog.discoverRequested.connect(self.show_discover)
+        return self._downloads_dialog
+
+    @Slot()
+    def show_downloads(self) -> None:
+        dialog = self.downloads_dialog()
+        dialog.show()
+        dialog.raise_()
+        dialog.activateWindow()
+
+    @Slot(int)
+    def _on_downloads_restored(self, count: int) -> None:
+        if count:
+            self.message_bar.show_message(
+                f"{count} download{'s' if count > 1 else ''} left unfinished: "
+                "Resume continues where it stopped.",
+                error=False,
+                action=("Show downloads", self.show_downloads),
+                timeout_ms=15000,
+            )
+
+    # ================================================================ preferences
+
+    @Slot()
+    def open_preferences(self) -> PreferencesDialog:
+        if self._preferences is not None:
+            self._preferences.raise_()
+            self._preferences.activateWindow()
+            return self._preferences
+        from app.ui.preferences import open_preferences
+
+        dialog = open_preferences(
+            self, self.app_settings, self._apply_preferences, state_usage=self.store.total_bytes
+        )
+        dialog.finished.connect(self._on_preferences_closed)
+        self._preferences = dialog
+        return dialog
+
+    @Slot(int)
+    def _on_preferences_closed(self, _result: int) -> None:
+        self._preferences = None
+
+    @Slot(object)
+    def _apply_preferences(self, change: object) -> None:
+        """The dialog wrote ``app_settings`` and saved it; what the window shows follows.
+        (Restoring tabs and the defaults of new chats are read when used; the Hub endpoint
+        and token at each request.)"""
+        from app.ui.preferences import PreferencesChange
+
+        if not isinstance(change, PreferencesChange):
+            return
+        new, changed = change.new, change.changed
+        if "theme" in changed:
+            self.theme_actions[new.theme].setChecked(True)
+            apply_theme(new.theme)
+        if "font_size" in changed:
+            for tab in self.tabs():
+                tab.set_font_size(new.font_size)
+        if "send_with_enter" in changed:
+            for tab in self.tabs():
+                tab.composer.set_enter_sends(new.send_with_enter)
+            self._sync_send()
+        if "state_quota_bytes" in changed:
+            self.store.quota_bytes = new.state_quota_bytes  # applies at the next save
 
     @Slot(str)
     def _on_download_finished(self, path: str) -> None:

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -77,8 +78,9 @@ def _sha256(path: Path) -> str:
 
 
 class FakeHub:
-    def __init__(self, token: str | None = None) -> None:
+    def __init__(self, token: str | None = None, rate: float | None = None) -> None:
         self.repos: dict[str, FakeRepo] = {}
+        self.rate = rate  # bytes per second for file bodies (None: as fast as it goes)
         self.faults: dict[tuple[str, str], Fault] = {}
         self.requests: list[Request] = []
         self.token = token  # required for gated/private repos when set
@@ -128,6 +130,21 @@ class FakeHub:
 
     def cdn_requests(self, path: str) -> list[Request]:
         return [r for r in self.requests if r.path.startswith("/cdn/") and r.path.endswith(path)]
+
+
+def _paced(sock: socket.socket, fh: BinaryIO, start: int, length: int, rate: float) -> None:
+    """Send ``length`` bytes from ``start`` at about ``rate`` bytes a second (a real
+    connection's pace, for benchmarks that measure the app over a whole download)."""
+    began = time.monotonic()
+    sent = 0
+    step = max(16 << 10, int(rate / 50))  # ~50 sends a second
+    while sent < length:
+        n = min(step, length - sent)
+        sock.sendfile(fh, start + sent, n)
+        sent += n
+        ahead = sent / rate - (time.monotonic() - began)
+        if ahead > 0:
+            time.sleep(ahead)
 
 
 def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
@@ -331,6 +348,10 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if fault is not None and fault.stall_after is not None:
                 stall_at = max(0, fault.stall_after - start)
             with open(f.source, "rb") as fh:
+                if fault is None and hub.rate:
+                    self.wfile.flush()
+                    _paced(self.connection, fh, start, length, hub.rate)
+                    return
                 if fault is None:
                     self.wfile.flush()
                     self.connection.sendfile(fh, start, length)

@@ -11,7 +11,7 @@ from typing import Any, BinaryIO
 import pytest
 
 from app.hub.client import HubClient, RemoteFile
-from app.hub.download import DownloadManager, DownloadRequest
+from app.hub.download import DownloadManager, DownloadRequest, scan_pending
 from app.hub.errors import UnsafeFileNameError
 from app.hub.events import (
     Cancelled,
@@ -293,3 +293,50 @@ def test_split_model_downloads_as_a_set(
     end = events.wait_for(lambda e: isinstance(e, Finished))
     assert isinstance(end, Finished) and [p.name for p in end.paths] == names
     assert end.path.name == names[0]
+
+
+def test_adopted_download_of_an_earlier_run_is_paused_until_resumed(
+    hub: FakeHub, client: HubClient, make_manager: Make, repo: Path, tmp_path: Path
+) -> None:
+    hub.fault(REPO, NAME, Fault(drop_after=250_000))
+    first, events = make_manager(max_attempts=1)
+    request = _request(hub, client)
+    first.enqueue(request)
+    assert isinstance(events.end(), Failed)
+    first.close()
+    # A corrupt sidecar beside it is skipped, not an error.
+    (tmp_path / "downloads" / "x--y").mkdir()
+    (tmp_path / "downloads" / "x--y" / "bad.gguf.part.json").write_text("{not json")
+
+    (pending,) = scan_pending(tmp_path / "downloads")
+    assert (pending.request, pending.done, pending.total) == (request, 250_000, repo.stat().st_size)
+    second, events2 = make_manager()
+    job = second.adopt(pending)
+    status = second.status(job)
+    assert (status.state, status.done, status.total) == ("paused", 250_000, repo.stat().st_size)
+    gets = len(hub.cdn_requests(NAME))
+    assert second.adopt(pending) == job and not events2.events  # nothing fetched, no events
+    assert len(hub.cdn_requests(NAME)) == gets
+    second.resume(job)
+    assert isinstance(events2.end(), Finished), events2.events
+    assert [r.headers.get("Range") for r in hub.cdn_requests(NAME)][-1] == "bytes=250000-"
+    assert scan_pending(tmp_path / "downloads") == []
+
+
+def test_pending_split_set_counts_every_part(
+    hub: FakeHub, client: HubClient, make_manager: Make, tiny_gguf: Path, tmp_path: Path
+) -> None:
+    hub.add_repo(REPO)
+    names = [f"big-F16-0000{i}-of-00002.gguf" for i in (1, 2)]
+    for n in names:
+        hub.add_file(REPO, n, tiny_gguf)
+    hub.fault(REPO, names[1], Fault(drop_after=100_000))
+    manager, events = make_manager(max_attempts=1)
+    request = DownloadRequest.of(REPO, client.details(REPO).entries[0])
+    manager.enqueue(request)
+    assert isinstance(events.end(), Failed)
+    manager.close()
+    (pending,) = scan_pending(tmp_path / "downloads")
+    size = tiny_gguf.stat().st_size
+    assert pending.request == request
+    assert (pending.done, pending.total) == (size + 100_000, 2 * size)

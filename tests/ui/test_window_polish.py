@@ -274,3 +274,30 @@ def test_stop_all_and_apply_rebuilds_while_a_reply_is_written(
     assert apply.text() != "Stop all and apply"
     reply = window.db.get_thread(tab.cid)[-1]
     assert reply.role == "assistant" and reply.status == "stopped" and reply.content
+
+
+def test_preferences_apply_to_the_open_chats(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    tab = window.new_tab()
+    assert tab is not None
+    assert tab.composer.enter_sends
+    dialog = window.open_preferences()
+    assert window.open_preferences() is dialog  # one dialog at a time
+    dialog.ctrl_enter_sends.setChecked(True)
+    dialog.font_spin.setValue(17)
+    dialog.accept()
+    qtbot.waitUntil(lambda: window._preferences is None, timeout=3000)
+    assert window.app_settings.send_with_enter is False
+    assert not tab.composer.enter_sends and "Ctrl+Enter" in tab.send_button.toolTip()
+    assert tab.composer.font().pointSizeF() == 17 and tab.view.font().pointSizeF() == 17
+    later = window.new_tab()  # a chat opened afterwards follows too
+    assert later is not None and not later.composer.enter_sends
+    assert later.composer.font().pointSizeF() == 17
+
+
+def test_downloads_have_a_window_of_their_own(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    action = next(a for a in window.actions() if a.objectName() == "downloads")
+    action.trigger()
+    dialog = window.downloads_dialog()
+    assert dialog.isVisible()
