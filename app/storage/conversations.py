@@ -151,6 +151,15 @@ class MessageRow(Protocol):
     def reasoning_ms(self) -> float | None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ConversationMatch:
+    """A conversation found by :meth:`ConversationsMixin.search_conversations`: its
+    best-ranked matching message (``hit``) and how many of its messages match."""
+
+    hit: SearchHit
+    matches: int
+
+
 @dataclass(frozen=True)
 class NewMessage:
     """A message about to be inserted, as a :class:`MessageRow` (``add_message``'s arguments,
@@ -542,12 +551,15 @@ class ConversationsMixin(DatabaseCore):
                 sets.append("model_path = ?")
                 params.append(model_path)
             if role == "user":
+                # The first message titles an untitled conversation; an edit of the first
+                # message (a new root) retitles it, unless the user named it.
                 sets.append(
-                    "title = CASE WHEN title_source = 'default' THEN ? ELSE title END,"
+                    "title = CASE WHEN title_source = 'default'"
+                    " OR (title_source = 'auto' AND ?) THEN ? ELSE title END,"
                     " title_source = CASE WHEN title_source = 'default' THEN 'auto'"
                     " ELSE title_source END"
                 )
-                params.append(make_title(content))
+                params.extend([parent_id is None and make_current, make_title(content)])
             conn.execute(
                 f"UPDATE conversations SET {', '.join(sets)} WHERE id = ?",
                 (*params, conversation_id),
@@ -935,3 +947,62 @@ class ConversationsMixin(DatabaseCore):
                 )
             )
         return hits
+
+    def search_conversations(
+        self,
+        text: str,
+        limit: int = 50,
+        *,
+        marks: tuple[str, str] = ("[", "]"),
+        include_archived: bool = True,
+    ) -> list[ConversationMatch]:
+        """Like :meth:`search`, but one result per conversation (the sidebar's list): its
+        best-ranked message and the number of its messages that match, best first. The
+        same query rules and the same SEARCH_WINDOW cap on what is ranked."""
+        query = fts_query(text)
+        if query is None or limit <= 0:
+            return []
+        floor_row = self._maybe_one(
+            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
+            " ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+            (query, SEARCH_WINDOW),
+        )
+        floor = int(floor_row[0]) if floor_row is not None else 0
+        archived = "" if include_archived else " AND c.archived = 0"
+        # Ranking and picking the best per conversation in one statement: the content of
+        # only the kept messages is read (for their snippets), not of every match.
+        rows = self._all(
+            "WITH ranked AS (SELECT rowid AS id, bm25(messages_fts) AS score"
+            "  FROM messages_fts WHERE messages_fts MATCH ? AND rowid >= ?),"
+            " scored AS (SELECT r.id, r.score, m.conversation_id,"
+            "  row_number() OVER (PARTITION BY m.conversation_id ORDER BY r.score, r.id DESC)"
+            "   AS n,"
+            "  count(*) OVER (PARTITION BY m.conversation_id) AS matches"
+            "  FROM ranked r JOIN messages m ON m.id = r.id"
+            "  JOIN conversations c ON c.id = m.conversation_id"
+            f"  WHERE c.deleted_at IS NULL{archived})"
+            " SELECT s.id, s.score, s.matches, s.conversation_id, c.title, m.role,"
+            "  m.created_at, m.content"
+            " FROM scored s JOIN messages m ON m.id = s.id"
+            " JOIN conversations c ON c.id = s.conversation_id"
+            " WHERE s.n = 1 ORDER BY s.score, s.id DESC LIMIT ?",
+            (query, floor, limit),
+        )
+        words = _query_words(text)
+        terms = query_terms(words)
+        prefix = _prefix_last(words)
+        return [
+            ConversationMatch(
+                SearchHit(
+                    conversation_id=int(row["conversation_id"]),
+                    message_id=int(row["id"]),
+                    title=row["title"] or DEFAULT_TITLE,
+                    role=cast(Role, row["role"]),
+                    snippet=make_snippet(row["content"], terms, prefix, marks),
+                    rank=float(row["score"]),
+                    created_at=float(row["created_at"]),
+                ),
+                int(row["matches"]),
+            )
+            for row in rows
+        ]

@@ -16,6 +16,11 @@ The JSON format (``FORMAT``/``FORMAT_VERSION``)::
            "model_path": str | null, "meta": {...},
            "reasoning": str, "reasoning_ms": float | null}]}]}
 
+Writing files (the window's Export/Import): :func:`write_bundle` puts one document in one
+file (a JSON bundle imports again in one go); :func:`write_each` writes one file per
+conversation into a folder, never over an existing file; :func:`import_files` imports
+several files all or nothing.
+
 Message ids are local to the file (1, 2, ... in creation order), so
 export -> import -> export gives the same ``conversations`` list. ``reasoning`` (a
 reasoning model's thinking before the answer in ``content``) and ``reasoning_ms`` (how long
@@ -25,6 +30,7 @@ older LlamaDesk imports newer files without them (they are optional additions).
 
 from __future__ import annotations
 
+import enum
 import heapq
 import json
 import math
@@ -36,6 +42,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from app import __version__
+from app.fsutil import atomic_write_bytes
 from app.storage.conversations import NewMessage, _json_dump, insert_message_row
 from app.storage.database import Database
 from app.storage.errors import ImportValidationError, StorageError
@@ -422,7 +429,10 @@ def import_json(db: Database, data: Any) -> list[int]:
     """Validate everything, then import all conversations in one transaction (all or
     nothing); returns the new conversation ids in file order. ImportValidationError names
     the problem; the database is unchanged then."""
-    specs = validate(data)
+    return _insert(db, validate(data))
+
+
+def _insert(db: Database, specs: Sequence[_ConversationSpec]) -> list[int]:
     new_ids: list[int] = []
     with db.transaction() as conn:
         for spec in specs:
@@ -473,3 +483,116 @@ def read_json_file(path: Path) -> Any:
 def dumps(data: Mapping[str, Any]) -> str:
     """The export dict as JSON text (UTF-8, indented)."""
     return json.dumps(data, ensure_ascii=False, indent=1) + "\n"
+
+
+# -- files (the window's Export and Import) ----------------------------------------------
+
+
+class ExportFormat(enum.Enum):
+    """What an export writes: Markdown to read, JSON to keep everything and import again."""
+
+    MARKDOWN = "markdown"
+    JSON = "json"
+
+    @property
+    def suffix(self) -> str:
+        return ".md" if self is ExportFormat.MARKDOWN else ".json"
+
+    @property
+    def label(self) -> str:
+        return "Markdown" if self is ExportFormat.MARKDOWN else "JSON"
+
+
+def render(db: Database, ids: Sequence[int] | None, fmt: ExportFormat) -> str:
+    """The conversations ``ids`` (all when None) as one document of the format."""
+    if fmt is ExportFormat.JSON:
+        return dumps(export_json(db, ids))
+    return export_markdown(db, ids)
+
+
+# Characters no file system (Windows' being the strictest) accepts in a name.
+_UNSAFE_NAME = re.compile(r'[\\/:*?"<>|\x00-\x1f]+')
+_RESERVED_NAMES = frozenset(
+    {
+        "con",
+        "prn",
+        "aux",
+        "nul",
+        *(f"com{n}" for n in range(1, 10)),
+        *(f"lpt{n}" for n in range(1, 10)),
+    }
+)
+_MAX_STEM = 80
+
+
+def file_stem(title: str) -> str:
+    """A file name (without suffix) made from a conversation title, safe on every system."""
+    stem = _UNSAFE_NAME.sub(" ", title)
+    stem = " ".join(stem.split()).strip(". ")[:_MAX_STEM].rstrip(". ")
+    if not stem or stem.lower() in _RESERVED_NAMES:
+        stem = f"Conversation {stem}".strip() if stem else "Conversation"
+    return stem
+
+
+def _free_path(folder: Path, stem: str, suffix: str, taken: set[str]) -> Path:
+    """``folder/stem+suffix``, or ``stem (2)``... when that exists or is already used by this
+    export: exporting never overwrites a file."""
+    n = 1
+    while True:
+        name = f"{stem}{suffix}" if n == 1 else f"{stem} ({n}){suffix}"
+        path = folder / name
+        if name.casefold() not in taken and not path.exists():
+            taken.add(name.casefold())
+            return path
+        n += 1
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        atomic_write_bytes(path, text.encode("utf-8"))
+    except OSError as exc:
+        raise StorageError(
+            f"Could not write {path} ({exc.strerror or exc}); choose another place."
+        ) from exc
+
+
+def write_bundle(db: Database, ids: Sequence[int] | None, fmt: ExportFormat, path: Path) -> Path:
+    """Write the conversations as one file (replacing ``path`` atomically: the user chose
+    it in a save dialog, which asked before replacing). StorageError with a sentence."""
+    path = Path(path)
+    _write(path, render(db, ids, fmt))
+    return path
+
+
+def write_each(
+    db: Database, ids: Sequence[int] | None, fmt: ExportFormat, folder: Path
+) -> list[Path]:
+    """Write one file per conversation into ``folder``, named after its title; an existing
+    file is never replaced (the new one gets " (2)"...). Returns the files written, in the
+    order of ``ids``. StorageError with a sentence (files written before it stay)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise StorageError(f"There is no folder {folder}; choose another place.")
+    taken: set[str] = set()
+    written: list[Path] = []
+    for conv in _conversations(db, ids):
+        path = _free_path(folder, file_stem(conv.title), fmt.suffix, taken)
+        _write(path, render(db, [conv.id], fmt))
+        written.append(path)
+    return written
+
+
+def import_files(db: Database, files: Sequence[Path]) -> list[int]:
+    """Import every conversation of every file, all or nothing: every file is read and
+    validated before anything is written, then one transaction imports them all. Returns
+    the new ids (files in order, then file order). StorageError / ImportValidationError
+    (naming the file) with a sentence; the database is unchanged then."""
+    specs: list[_ConversationSpec] = []
+    for path in files:
+        data = read_json_file(Path(path))
+        try:
+            specs.extend(validate(data))
+        except ImportValidationError as exc:
+            where = Path(path).name + (f", {exc.where}" if exc.where else "")
+            raise ImportValidationError(where, exc.problem) from None
+    return _insert(db, specs)

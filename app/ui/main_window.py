@@ -45,8 +45,10 @@ from app.session import ContextFullPolicy, LoadedModel, Session
 from app.session import events as ev
 from app.settings_schema import format_bytes
 from app.storage import AppSettings, Database, StateStore, Tab, load_settings, save_settings
+from app.storage.export import ExportFormat
 from app.ui.chat_tab import ChatTab, chat_messages
 from app.ui.downloads_panel import Downloads
+from app.ui.export_import import TransferOutcome
 from app.ui.message_bar import MessageBar
 from app.ui.model_picker import ModelPicker
 from app.ui.sidebar import Sidebar
@@ -159,6 +161,10 @@ class MainWindow(QMainWindow):
         self.sidebar.pinRequested.connect(self._pin)
         self.sidebar.deleteRequested.connect(self.delete_conversation)
         self.sidebar.newRequested.connect(self.new_tab)
+        self.sidebar.matchOpened.connect(self._show_match)
+        # export/import results go to the message bar (seen also when the list is hidden)
+        self.sidebar.transfers.finished.connect(self._on_transfer_finished)
+        self.sidebar.transfer_notices = False
 
         self.message_bar = MessageBar()
         self.tab_widget = QTabWidget()
@@ -304,6 +310,27 @@ class MainWindow(QMainWindow):
         )
         chat.addAction(
             self._action("Search conversations", self.sidebar.focus_search, "Ctrl+F", "search")
+        )
+        chat.addSeparator()
+        transfers = self.sidebar.transfers
+        chat.addAction(
+            self._action("Import conversations…", transfers.import_dialog, None, "import")
+        )
+        chat.addAction(
+            self._action(
+                "Export all as Markdown…",
+                lambda: transfers.export(None, ExportFormat.MARKDOWN),
+                None,
+                "export-all-markdown",
+            )
+        )
+        chat.addAction(
+            self._action(
+                "Export all as JSON…",
+                lambda: transfers.export(None, ExportFormat.JSON),
+                None,
+                "export-all-json",
+            )
         )
         chat.addSeparator()
         chat.addAction(
@@ -874,7 +901,34 @@ class MainWindow(QMainWindow):
             self.close_tab(self.tab_widget.indexOf(tab))
 
     def _add_export_actions(self, menu: QMenu, conversation_ids: list[int]) -> None:
-        """Export entries for these conversations (filled in by the export module)."""
+        """Export entries for these conversations."""
+        transfers, ids = self.sidebar.transfers, list(conversation_ids)
+        menu.addAction("Export as Markdown…", lambda: transfers.export(ids, ExportFormat.MARKDOWN))
+        menu.addAction("Export as JSON…", lambda: transfers.export(ids, ExportFormat.JSON))
+
+    @Slot(int, int)
+    def _show_match(self, conversation_id: int, message_id: int) -> None:
+        """A search result was opened: show its message, switching to its branch if needed."""
+        tab = self._tabs.get(conversation_id)
+        if tab is None:
+            return
+        if tab.view.widget_for(message_id) is None and not tab.generating:
+            try:
+                leaf = self.db.leaf_of(message_id)
+                self.db.set_current_leaf(conversation_id, leaf)
+            except LlamaDeskError as exc:
+                self.show_message(str(exc))
+                return
+            tab.load_thread(leaf)
+        widget = tab.view.widget_for(message_id)
+        if widget is not None:
+            tab.view.follow = False
+            tab.view.ensureWidgetVisible(widget, 0, 40)
+
+    @Slot(object)
+    def _on_transfer_finished(self, outcome: object) -> None:
+        if isinstance(outcome, TransferOutcome):
+            self.show_message(outcome.message, error=outcome.error)
 
     # ================================================================ models
 
@@ -1469,6 +1523,7 @@ class MainWindow(QMainWindow):
         self._flush_timer.stop()
         self._save_tabs_timer.stop()
         self.sidebar.stop_refreshing()
+        self.sidebar.transfers.wait_idle(10_000)  # an export under way is finished
         self.downloads.close(0.5)  # a running download is paused, its partial file kept
         if not self.worker.join(0.5):
             log.warning("the engine thread did not stop in time")

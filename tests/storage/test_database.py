@@ -108,6 +108,19 @@ def test_auto_title_from_first_user_message_unless_renamed(db: Database) -> None
     assert make_title("   ") == DEFAULT_TITLE
 
 
+def test_an_edited_first_message_retitles_unless_the_user_named_it(db: Database) -> None:
+    c = db.create_conversation()
+    first = db.add_message(c.id, "user", "llamas")
+    reply = db.add_message(c.id, "assistant", "yes", parent_id=first.id)
+    db.add_message(c.id, "user", "and alpacas?", parent_id=reply.id)
+    assert db.get_conversation(c.id).title == "llamas"
+    db.add_message(c.id, "user", "vicuñas, then")  # the edit: a sibling of the first
+    assert db.get_conversation(c.id).title == "vicuñas, then"
+    db.rename(c.id, "My animals")
+    db.add_message(c.id, "user", "guanacos")
+    assert db.get_conversation(c.id).title == "My animals"
+
+
 def test_soft_delete_undo_and_purge(db: Database) -> None:
     c = db.create_conversation("gone")
     m = db.add_message(c.id, "user", "secret llama")

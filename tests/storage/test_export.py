@@ -5,20 +5,26 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.storage import Database, ImportValidationError, NotFoundError
+from app.storage import Database, ImportValidationError, NotFoundError, StorageError
 from app.storage.export import (
     FORMAT,
     FORMAT_VERSION,
+    ExportFormat,
     dumps,
     export_json,
     export_markdown,
+    file_stem,
+    import_files,
     import_json,
+    write_bundle,
+    write_each,
 )
 
 
@@ -217,6 +223,94 @@ def test_failure_during_insert_rolls_back_everything(
         import_json(db, data)
     assert calls["n"] == 11
     assert export_json(db)["conversations"] == before
+
+
+# -- files (the window's Export and Import) ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("title", "stem"),
+    [
+        ("Llama facts", "Llama facts"),
+        ('a/b\\c:d*e?f"g<h>i|j', "a b c d e f g h i j"),
+        ("  trailing dots... ", "trailing dots"),
+        ("con", "Conversation con"),  # a reserved device name on Windows
+        ("???", "Conversation"),
+        ("line\nbreak\ttab", "line break tab"),
+        ("x" * 200, "x" * 80),
+    ],
+)
+def test_file_stem_is_safe_everywhere(title: str, stem: str) -> None:
+    assert file_stem(title) == stem
+
+
+def test_write_each_names_files_after_titles_and_replaces_nothing(
+    db: Database, tmp_path: Path
+) -> None:
+    cid = _sample(db)
+    twin = db.create_conversation("Llama facts")
+    db.add_message(twin.id, "user", "second")
+    (tmp_path / "Llama facts.md").write_text("mine", encoding="utf-8")
+    written = write_each(db, [cid, twin.id], ExportFormat.MARKDOWN, tmp_path)
+    assert [p.name for p in written] == ["Llama facts (2).md", "Llama facts (3).md"]
+    assert (tmp_path / "Llama facts.md").read_text(encoding="utf-8") == "mine"
+    assert written[0].read_text(encoding="utf-8") == export_markdown(db, [cid])
+    [json_file] = write_each(db, [cid], ExportFormat.JSON, tmp_path)
+    assert json_file.name == "Llama facts.json"
+    assert (
+        json.loads(json_file.read_text(encoding="utf-8"))["conversations"]
+        == (export_json(db, [cid])["conversations"])
+    )
+    with pytest.raises(StorageError, match="There is no folder"):
+        write_each(db, [cid], ExportFormat.MARKDOWN, tmp_path / "missing")
+
+
+def test_write_bundle_replaces_the_chosen_file_atomically(db: Database, tmp_path: Path) -> None:
+    cid = _sample(db)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    path = folder / "bundle.json"
+    path.write_text("old", encoding="utf-8")
+    assert write_bundle(db, [cid], ExportFormat.JSON, path) == path
+    assert json.loads(path.read_text(encoding="utf-8"))["format"] == FORMAT
+    assert [p.name for p in folder.iterdir()] == ["bundle.json"]  # no temp file left
+    with pytest.raises(StorageError, match="Could not write"):
+        write_bundle(db, [cid], ExportFormat.JSON, path / "inside-a-file.json")
+
+
+def test_import_files_is_all_or_nothing_across_files(db: Database, tmp_path: Path) -> None:
+    cid = _sample(db)
+    good = write_bundle(db, [cid], ExportFormat.JSON, tmp_path / "good.json")
+    data = json.loads(good.read_text(encoding="utf-8"))
+    data["conversations"][0]["current_leaf"] = 99
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data), encoding="utf-8")
+    before = export_json(db)["conversations"]
+    with pytest.raises(ImportValidationError, match=r"\(bad\.json, conversation 1") as info:
+        import_files(db, [good, bad])
+    assert "nothing was imported" in str(info.value)
+    assert export_json(db)["conversations"] == before
+    new = import_files(db, [good, good])
+    assert len(new) == 2
+    assert [m.content for m in db.get_thread(new[1])] == [m.content for m in db.get_thread(cid)]
+
+
+def test_search_conversations_gives_one_row_per_conversation(db: Database) -> None:
+    a = db.create_conversation("a")
+    long = db.append_message(a.id, "user", "a long message about llamas " + "and more " * 30)
+    short = db.append_message(a.id, "assistant", "llamas")
+    b = db.create_conversation("b")
+    db.append_message(b.id, "user", "one llama here")
+    gone = db.create_conversation("gone")
+    db.append_message(gone.id, "user", "llamas")
+    db.delete_conversation(gone.id)
+    found = db.search_conversations("llama", marks=("<", ">"))
+    assert sorted(m.hit.conversation_id for m in found) == sorted([a.id, b.id])
+    best = next(m for m in found if m.hit.conversation_id == a.id)
+    assert best.matches == 2 and best.hit.message_id == short.id != long.id
+    assert best.hit.snippet == "<llamas>"
+    assert db.search_conversations("llama", limit=1)[0].hit.conversation_id == a.id
+    assert db.search_conversations("") == [] and db.search_conversations("x", limit=0) == []
 
 
 # -- property-based round trip -------------------------------------------------------------

@@ -102,7 +102,7 @@ def test_sidebar_search_rename_pin_delete_undo(qtbot: Any, make_window: Any) -> 
     qtbot.keyClick(window, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
     sidebar.search.setText("mountains")
     sidebar.refresh()
-    assert [r.conversation_id for r in sidebar.model.rows] == [tab.cid]
+    qtbot.waitUntil(lambda: [r.conversation_id for r in sidebar.model.rows] == [tab.cid])
     assert "«mountains»" in sidebar.model.rows[0].subtitle
     sidebar.search.clear()
     sidebar.refresh()

@@ -301,3 +301,29 @@ def test_downloads_have_a_window_of_their_own(qtbot: Any, make_window: Any) -> N
     action.trigger()
     dialog = window.downloads_dialog()
     assert dialog.isVisible()
+
+
+def test_the_title_follows_an_edited_first_message(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    tab = window.new_tab()
+    assert tab is not None
+    set_sampling(tab, max_tokens=2)
+    send(qtbot, tab, "llamas")
+    wait_idle(qtbot, tab)
+    index = window.tab_widget.indexOf(tab)
+    assert window.tab_widget.tabText(index) == "llamas"
+    tab.edit(tab.branch[0].id)
+    send(qtbot, tab, "alpacas instead")
+    wait_idle(qtbot, tab)
+    assert tab.title == "alpacas instead"
+    assert window.tab_widget.tabText(index) == "alpacas instead"
+
+
+def test_export_and_import_are_in_the_menus(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    tab = window.new_tab()
+    assert tab is not None
+    names = {a.objectName() for a in window.actions()}
+    assert {"import", "export-all-markdown", "export-all-json"} <= names
+    texts = [a.text() for a in window.tab_menu(tab).actions()]
+    assert "Export as Markdown…" in texts and "Export as JSON…" in texts
