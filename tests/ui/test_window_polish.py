@@ -244,9 +244,7 @@ def test_other_models_get_no_demo_prompts(qtbot: Any, make_window: Any) -> None:
     assert not window.welcome.prompts.isVisible()
 
 
-def test_stop_all_and_apply_rebuilds_while_a_reply_is_written(
-    qtbot: Any, make_window: Any
-) -> None:
+def test_stop_all_and_apply_rebuilds_while_a_reply_is_written(qtbot: Any, make_window: Any) -> None:
     from PySide6.QtWidgets import QLabel, QSpinBox
 
     window, _ = make_window()
