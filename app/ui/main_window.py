@@ -71,6 +71,7 @@ FLUSH_INTERVAL_MS = 30  # streamed text is painted at most ~33 times a second
 # the status texts shorten.
 NARROW_WIDTH = 800
 SHUTDOWN_TIMEOUT_MS = 1500  # the worker gets this long to save the tabs' states
+DELETE_BATCH_S = 1.0  # deletes this close together are one Undo
 PURGE_AFTER_S = 7 * 86400  # deleted conversations are purged for good after a week
 
 
@@ -120,6 +121,8 @@ class MainWindow(QMainWindow):
         self._quit_box: QMessageBox | None = None
         self._help_dialog: QDialog | None = None
         self._narrow = False
+        self._undo_ids: list[int] = []
+        self._last_delete_at = 0.0
         self._sidebar_auto_hidden = False
         self._tabs: dict[int, ChatTab] = {}
         self._settings_panel: SettingsPanel | None = None
@@ -780,21 +783,31 @@ class MainWindow(QMainWindow):
             self.show_message(str(exc))
             return
         self.sidebar.refresh()
+        # Deletes of a multi-selection arrive one by one: one Undo brings them all back.
+        now = time.monotonic()
+        if now - self._last_delete_at > DELETE_BATCH_S or not self.message_bar.text():
+            self._undo_ids = []
+        self._last_delete_at = now
+        self._undo_ids.append(conversation_id)
+        ids = list(self._undo_ids)
         self.message_bar.show_message(
-            f"Deleted “{title}”.",
+            f"Deleted “{title}”." if len(ids) == 1 else f"Deleted {len(ids)} conversations.",
             error=False,
-            action=("Undo", lambda: self._undo_delete(conversation_id)),
+            action=("Undo", lambda: self._undo_delete(ids)),
             timeout_ms=15000,
         )
 
-    def _undo_delete(self, conversation_id: int) -> None:
-        try:
-            self.db.restore_conversation(conversation_id)
-        except LlamaDeskError as exc:
-            self.show_message(str(exc))
-            return
+    def _undo_delete(self, conversation_ids: list[int]) -> None:
+        self._undo_ids = []
+        for conversation_id in conversation_ids:
+            try:
+                self.db.restore_conversation(conversation_id)
+            except LlamaDeskError as exc:
+                self.show_message(str(exc))
+                return
         self.sidebar.refresh()
-        self.open_conversation(conversation_id)
+        for conversation_id in conversation_ids:
+            self.open_conversation(conversation_id)
 
     def set_theme(self, theme: str) -> None:
         """System, light or dark: applied at once and remembered."""

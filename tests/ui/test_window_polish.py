@@ -325,3 +325,32 @@ def test_export_and_import_are_in_the_menus(qtbot: Any, make_window: Any) -> Non
     assert {"import", "export-all-markdown", "export-all-json"} <= names
     texts = [a.text() for a in window.tab_menu(tab).actions()]
     assert "Export as Markdown…" in texts and "Export as JSON…" in texts
+
+
+def test_deleting_a_selection_is_one_undo(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    tabs = [window.new_tab() for _ in range(3)]
+    for tab in tabs:
+        assert tab is not None
+        set_sampling(tab, max_tokens=2)
+        send(qtbot, tab, f"chat {tab.cid}")
+        wait_idle(qtbot, tab)
+    sidebar = window.sidebar
+    sidebar.refresh()
+    view = sidebar.view
+
+    def click(row: int, modifier: Qt.KeyboardModifier = Qt.KeyboardModifier.NoModifier) -> None:
+        rect = view.visualRect(sidebar.model.index(row, 0))
+        qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, modifier, rect.center())
+
+    click(0)
+    click(1, Qt.KeyboardModifier.ControlModifier)
+    chosen = sidebar.selected_ids()
+    assert len(chosen) == 2
+    view.setFocus()
+    qtbot.keyClick(view, Qt.Key.Key_Delete)
+    assert window.message_bar.text() == "Deleted 2 conversations."
+    assert all(window.tab_for(cid) is None for cid in chosen)
+    window.message_bar.action_button.click()
+    assert all(window.tab_for(cid) is not None for cid in chosen)
+    assert sorted(window.db.get_conversation(cid).id for cid in chosen) == sorted(chosen)
