@@ -104,6 +104,9 @@ def message_data(db: Database, m: Message, with_siblings: bool = True) -> Messag
     if m.prompt_tokens is not None and isinstance(processed, int):
         cached = max(0, m.prompt_tokens - processed)
     error = m.meta.get("error") if m.meta and m.status == "error" else None
+    meta = m.meta or {}
+    finish = meta.get("finish_reason")
+    ttft = meta.get("ttft_ms")
     return MessageData(
         id=m.id,
         role=m.role,
@@ -118,6 +121,8 @@ def message_data(db: Database, m: Message, with_siblings: bool = True) -> Messag
         cached_tokens=cached,
         reasoning=getattr(m, "reasoning", "") or "",
         reasoning_ms=getattr(m, "reasoning_ms", None),
+        finish=str(finish) if finish else None,
+        ttft_ms=float(ttft) if isinstance(ttft, (int, float)) else None,
     )
 
 
@@ -178,6 +183,7 @@ class ChatTab(QWidget):
         self.info: dict[str, Any] = {}
         self._turns_since_open = 0
         self._compact = False
+        self._context_start: int | None = None
         self.last_completion: TurnResult | None = None
         self._stream = host.worker.stream(self.cid)
         self._stream.received.connect(self.on_event)
@@ -321,6 +327,7 @@ class ChatTab(QWidget):
         except LlamaDeskError:
             self.branch = self.db.get_thread(self.cid)
         self.view.set_messages([message_data(self.db, m) for m in self.branch])
+        self._sync_context_start()
         self.view.set_placeholder(
             "Say hello: type a message below and press Enter."
             if self.host.model_ready()
@@ -344,8 +351,16 @@ class ChatTab(QWidget):
                 self.view.append(message_data(self.db, message))
         finally:
             self.view.setUpdatesEnabled(True)
+        self._sync_context_start()
         self.view.follow = True
         self.view.scroll_to_end()
+
+    def _sync_context_start(self) -> None:
+        """Mark where the messages the model still sees begin (the view keeps the mark)."""
+        start = self.context_start()
+        if start != self._context_start:
+            self._context_start = start
+            self.view.set_context_start(start)
 
     def leaf_id(self) -> int | None:
         return self.branch[-1].id if self.branch else None
@@ -465,6 +480,7 @@ class ChatTab(QWidget):
             self.notify(str(exc))
             return
         self._editing = message_id
+        self.view.set_editing(message_id)
         self.composer.setPlainText(message.content)
         self.composer.setFocus()
         self.edit_banner.setText(
@@ -475,6 +491,7 @@ class ChatTab(QWidget):
 
     def _cancel_edit(self) -> None:
         self._editing = None
+        self.view.set_editing(None)
         self.edit_banner.setVisible(False)
 
     def navigate(self, message_id: int, delta: int) -> None:
@@ -759,6 +776,8 @@ class ChatTab(QWidget):
         if "restored" in info:
             self._turns_since_open = 0
         self.info = {**self.info, **info}
+        if "n_dropped" in info:
+            self._sync_context_start()
         if "saved" in info and not info.get("resident", True):
             self.info["on_disk"] = bool(info["saved"])
         elif info.get("resident"):

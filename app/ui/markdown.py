@@ -6,11 +6,17 @@
 * Links other than http(s)/mailto are shown as text only (no ``file:`` or ``javascript:``).
 * Code blocks are highlighted with Pygments (inline styles, light or dark) and get a
   "Copy" link ``llamadesk:copy-code/<n>``; :func:`render` returns the blocks' texts.
+* Bare http(s) URLs become links (never other schemes). Qt's rich text knows no
+  ``border-left`` and no padding on ``<code>``: a quote's bar is a one-cell table column,
+  inline code a shaded ``<code>`` span, tables get ``border``/``cellpadding`` attributes.
+* :func:`render_user` is for what the user typed: shown as typed (line breaks kept, no
+  Markdown reading of ``*`` or ``#``) except code spans and fences, in monospace.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,11 +27,16 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name, guess_lexer
 from pygments.util import ClassNotFound
 
-from app.ui.theme import DARK_CODE_BG, LIGHT_CODE_BG
+from app.ui.theme import DARK_CODE_BG, LIGHT_CODE_BG, ChatColors, chat_colors
 
 COPY_CODE_PREFIX = "llamadesk:copy-code/"
 _SAFE_SCHEMES = ("http://", "https://", "mailto:")
 _MAX_HIGHLIGHT = 60_000  # characters: longer blocks are shown without colours
+# A bare URL: http(s) only; trailing punctuation belongs to the sentence, not the link.
+_BARE_URL = re.compile(r"https?://[^\s<>\"'`]+", re.IGNORECASE)
+_URL_TRAIL = ".,;:!?)]}*_"
+_USER_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*([^`\n]*)$")
+_CODE_SPAN = re.compile(r"(`+)([^`\n]|[^`\n].*?[^`\n])\1(?!`)")
 
 
 @dataclass
@@ -53,6 +64,33 @@ class Theme:
     @property
     def pygments_style(self) -> str:
         return "monokai" if self.dark else "default"
+
+    @property
+    def chat(self) -> ChatColors:
+        return chat_colors(self.dark)
+
+    def inline_code(self, code_html: str) -> str:
+        bg = self.chat.inline_code_bg
+        # the spaces pad the shading (Qt ignores padding on inline elements)
+        return (
+            f'<code style="background-color:{bg}; font-family: monospace;">'
+            f"&#8239;{code_html}&#8239;</code>"
+        )
+
+
+def linkify(text: str) -> str:
+    """``text`` escaped, with its bare http(s) URLs as links."""
+    out: list[str] = []
+    at = 0
+    for m in _BARE_URL.finditer(text):
+        url = m.group(0).rstrip(_URL_TRAIL)
+        if len(url) <= len("https://"):
+            continue
+        out.append(html.escape(text[at : m.start()]))
+        out.append(f'<a href="{html.escape(url, quote=True)}">{html.escape(url)}</a>')
+        at = m.start() + len(url)
+    out.append(html.escape(text[at:]))
+    return "".join(out)
 
 
 _formatters: dict[bool, Any] = {}
@@ -99,6 +137,12 @@ class _Renderer:
             ("image", self._image),
             ("link_open", self._link_open),
             ("link_close", self._link_close),
+            ("code_inline", self._code_inline),
+            ("text", self._text),
+            ("table_open", self._table_open),
+            ("th_open", self._th_open),
+            ("blockquote_open", self._blockquote_open),
+            ("blockquote_close", self._blockquote_close),
         ):
             md.add_render_rule(name, _rule(method))
         self.md = md
@@ -108,8 +152,10 @@ class _Renderer:
 
     def _fence(self, tokens: Sequence[Any], idx: int, options: Any, env: Any) -> str:
         token = tokens[idx]
-        code = token.content
         lang = (token.info or "").strip().split(" ")[0] if token.type == "fence" else ""
+        return self.code_block(token.content, lang)
+
+    def code_block(self, code: str, lang: str) -> str:
         index = len(self.blocks)
         self.blocks.append(code.rstrip("\n"))
         body = _highlight(code.rstrip("\n"), lang, self.theme)
@@ -141,12 +187,93 @@ class _Renderer:
         safe = self._link_stack.pop() if self._link_stack else False
         return "</a>" if safe else ""
 
+    def _code_inline(self, tokens: Sequence[Any], idx: int, options: Any, env: Any) -> str:
+        return self.theme.inline_code(html.escape(tokens[idx].content))
+
+    def _text(self, tokens: Sequence[Any], idx: int, options: Any, env: Any) -> str:
+        content = str(tokens[idx].content)
+        if self._link_stack:  # already inside a link (or a link shown as text)
+            return html.escape(content)
+        return linkify(content)
+
+    def _table_open(self, tokens: Sequence[Any], idx: int, options: Any, env: Any) -> str:
+        c = self.theme.chat
+        return (
+            f'<table border="1" cellspacing="0" cellpadding="6" style="border-collapse: '
+            f'collapse; border-color: {c.table_border}; border-style: solid; margin: 6px 0px;">\n'
+        )
+
+    def _th_open(self, tokens: Sequence[Any], idx: int, options: Any, env: Any) -> str:
+        align = str(tokens[idx].attrGet("style") or "").removeprefix("text-align:")
+        attr = f' align="{html.escape(align, quote=True)}"' if align else ""
+        return f'<th{attr} style="background-color: {self.theme.chat.table_header_bg};">'
+
+    def _blockquote_open(self, tokens: Sequence[Any], idx: int, options: Any, env: Any) -> str:
+        bar = self.theme.chat.quote_bar
+        # the bar is a narrow coloured cell beside the quote
+        return (
+            '<table cellspacing="0" cellpadding="0" style="margin: 4px 0px;"><tr>'
+            f'<td width="3" style="background-color: {bar};"></td>'
+            f'<td style="padding-left: 10px; color: {self.theme.muted};">\n'
+        )
+
+    def _blockquote_close(self, tokens: Sequence[Any], idx: int, options: Any, env: Any) -> str:
+        return "</td></tr></table>\n"
+
+    def render_user(self, text: str, theme: Theme) -> Rendered:
+        self.theme = theme
+        self.blocks = []
+        parts: list[str] = []
+        lines = text.split("\n")
+        plain: list[str] = []
+        i = 0
+        while i < len(lines):
+            m = _USER_FENCE.match(lines[i])
+            close = _closing_fence(lines, i + 1, m.group(1)) if m else None
+            if m is None or close is None:
+                plain.append(lines[i])
+                i += 1
+                continue
+            if plain:
+                parts.append(_user_text("\n".join(plain), theme))
+                plain = []
+            lang = m.group(2).strip().split(" ")[0]
+            parts.append(self.code_block("\n".join(lines[i + 1 : close]), lang))
+            i = close + 1
+        if plain or not parts:
+            parts.append(_user_text("\n".join(plain), theme))
+        return Rendered("".join(parts), list(self.blocks))
+
     def render(self, text: str, theme: Theme) -> Rendered:
         self.theme = theme
         self.blocks = []
         self._link_stack = []
         out = self.md.render(text)
         return Rendered(out, list(self.blocks))
+
+
+def _closing_fence(lines: list[str], start: int, marker: str) -> int | None:
+    """The line that closes a fence opened with ``marker``; an unclosed fence runs to the
+    end (as CommonMark reads it) when it is the last thing typed."""
+    for j in range(start, len(lines)):
+        closing = lines[j].strip()
+        if closing and set(closing) == {marker[0]} and len(closing) >= len(marker):
+            return j
+    return len(lines) if start < len(lines) else None
+
+
+def _user_text(text: str, theme: Theme) -> str:
+    """Typed text as typed: escaped, line breaks kept, code spans in monospace, bare URLs
+    as links."""
+    out: list[str] = []
+    at = 0
+    for m in _CODE_SPAN.finditer(text):
+        out.append(linkify(text[at : m.start()]))
+        out.append(theme.inline_code(html.escape(m.group(2))))
+        at = m.end()
+    out.append(linkify(text[at:]))
+    body = "".join(out).replace("\n", "<br>")
+    return f'<p style="white-space: pre-wrap;">{body}</p>'
 
 
 def _rule(method: Any) -> Any:
@@ -165,6 +292,14 @@ def render(text: str, theme: Theme | None = None) -> Rendered:
     if _renderer is None:
         _renderer = _Renderer()
     return _renderer.render(text, theme or Theme())
+
+
+def render_user(text: str, theme: Theme | None = None) -> Rendered:
+    """What the user typed (see the module docstring)."""
+    global _renderer
+    if _renderer is None:
+        _renderer = _Renderer()
+    return _renderer.render_user(text, theme or Theme())
 
 
 def render_plain(text: str) -> str:
