@@ -12,7 +12,8 @@ server (``QScreen.grabWindow``), not rendered offscreen. Writes:
   tokens a second, so the script paces the engine's steps to catch the replies mid-way);
 * ``screenshot-settings.png``: the context settings dialog over the window;
 * ``screenshot-models.png``: the model manager, a broken download next to the model;
-* ``screenshot-dark.png``: the conversation again with View ▸ Theme ▸ Dark.
+* ``screenshot-dark.png``: the conversation again with View ▸ Theme ▸ Dark;
+* ``screenshot-narrow.png``: the window 720 px wide (the conversation list hidden).
 
 Without the demo model (and no ``--model``) a tiny generated model stands in; its replies
 are noise, and the script says so.
@@ -219,6 +220,13 @@ def main() -> int:
     window.set_theme("dark")
     grab("screenshot-dark.png", window)
     window.set_theme("system")
+
+    # 7. narrow: the list hides (the Chats button brings it back), the status shortens
+    size = window.size()
+    window.resize(720, 640)
+    wait(300)
+    grab("screenshot-narrow.png", window)
+    window.resize(size)
 
     replies = {tab.title: [m.content for m in tab.branch if m.role == "assistant"] for tab in tabs}
     close(window)

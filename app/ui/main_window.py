@@ -194,6 +194,8 @@ class MainWindow(QMainWindow):
         self.tab_list_button.setToolTip("All open chats")
         self.tab_list_button.setAutoRaise(True)
         self.tab_list_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        # the text is the arrow; the style's second menu arrow would be one too many
+        self.tab_list_button.setStyleSheet("QToolButton::menu-indicator { image: none; }")
         self.tab_list_menu = QMenu(self.tab_list_button)
         self.tab_list_menu.aboutToShow.connect(self._fill_tab_list)
         self.tab_list_button.setMenu(self.tab_list_menu)
