@@ -22,7 +22,9 @@ from app.engine.events import (
     Evicted,
     Finished,
     PromptProgress,
+    RestoreOutcome,
     SequenceFailed,
+    StateRestored,
     TokenText,
 )
 from app.engine.metadata import ModelInfo, fingerprint, read_model_info
@@ -69,11 +71,13 @@ __all__ = [
     "ModelSettings",
     "Phase",
     "PromptProgress",
+    "RestoreOutcome",
     "SamplingParams",
     "SequenceFailed",
     "SequenceInfo",
     "SequenceState",
     "StateError",
+    "StateRestored",
     "TokenText",
     "fingerprint",
     "read_model_info",

@@ -18,6 +18,21 @@ from app.engine.reasoning import ReasoningFormat, prompt_opens_reasoning
 from app.engine.sequence import Message, Sequence, common_prefix
 
 
+def reply_reserve(max_tokens: int | None, n_ctx_seq: int) -> int:
+    """Cells kept free for the reply when a conversation is fitted into the context.
+
+    ``min(max_tokens, n_ctx/4)``, and n_ctx/4 without ``max_tokens`` (never under 16
+    tokens, never over half the context). The quarter is a clamp, not a limit: a reply may
+    still run to ``max_tokens``, past the reserve, by the sequence's context-full policy
+    (shift drops the oldest messages, stop ends the reply). Reserving the whole
+    ``max_tokens`` instead (the default 1024 in a 512-token context: half of it) left a
+    quarter of the context to the history and silently dropped what the model had been told.
+    """
+    quarter = max(16, n_ctx_seq // 4)
+    wanted = max_tokens if max_tokens is not None and max_tokens > 0 else quarter
+    return max(1, min(wanted, quarter, n_ctx_seq // 2))
+
+
 @dataclass(frozen=True)
 class FittedChat:
     """What ``set_chat`` queues: the tokens and what the sequence remembers about them."""
@@ -30,6 +45,7 @@ class FittedChat:
     reasoning: ReasoningOptions | None
     reasoning_format: ReasoningFormat
     opens_reasoning: bool
+    reserve: int = 0  # cells kept free for the reply (:func:`reply_reserve`)
 
 
 def _split_head(messages: list[Message]) -> tuple[list[Message], list[Message]]:
@@ -61,14 +77,25 @@ class ChatFitter:
                 *[m for m in msgs if m.get("role") != "system"],
             ]
         head, body = _split_head(msgs)
-        room = reserve if reserve is not None and reserve > 0 else max(16, n_ctx_seq // 4)
-        budget = n_ctx_seq - min(room, n_ctx_seq // 2)
-        dropped = min(seq.n_dropped, max(0, len(body) - 1)) if seq.messages is not None else 0
+        room = reply_reserve(reserve, n_ctx_seq)
+        budget = n_ctx_seq - room
+        start = min(seq.n_dropped, max(0, len(body) - 1)) if seq.messages is not None else 0
+        dropped = start
+        # Hysteresis: leaving out one more old message changes the prompt right after the
+        # system prompt, so everything kept is processed again (from the system prompt's
+        # checkpoint). Dropping down to half the budget at once lets the next several turns
+        # append to a prefix the cache holds, instead of each turn dropping one more message
+        # and processing the whole history again. (Shifting the kept cells into place, as a
+        # full context does while generating, would not decode them, but their keys and
+        # values were computed while attending to the dropped messages: the reply would not
+        # be the one the model gives to the text it is said to see.)
+        low = budget // 2
         while True:
             kept = head + body[dropped:]
             text = h.render_chat(kept, add_generation_prompt, reasoning)
             tokens = h.tokenize_chat(text)
-            if len(tokens) <= budget or dropped >= len(body) - 1:
+            limit = budget if dropped == start else low
+            if len(tokens) <= limit or dropped >= len(body) - 1:
                 break
             dropped += 1
         if len(tokens) >= n_ctx_seq:
@@ -96,6 +123,7 @@ class ChatFitter:
             reasoning,
             reasoning_format,
             prompt_opens_reasoning(text, reasoning_format),
+            room,
         )
 
     def _marks(

@@ -46,6 +46,9 @@ class Checkpoints:
     ) -> None:
         self.max_count = max_count
         self.max_bytes = max_bytes
+        # The position kept longest (the end of the system prompt): when old messages are
+        # dropped, the kept ones are processed again from there, not from the start.
+        self.pinned: int | None = None
         self._items: list[Checkpoint] = []
         for item in items:
             self.add(item)
@@ -78,11 +81,16 @@ class Checkpoints:
         else:
             self._items.insert(i, checkpoint)
         # The earliest positions are the least likely to be cut back to; the newest is the
-        # one just taken, so it always stays.
+        # one just taken, so it always stays, and the pinned one goes last.
         while len(self._items) > self.max_count or (
             self.nbytes > self.max_bytes and len(self._items) > 1
         ):
-            self._items.pop(0 if self._items[0] is not checkpoint else 1)
+            self._items.pop(self._victim(checkpoint))
+
+    def _victim(self, newest: Checkpoint) -> int:
+        spare = [i for i, c in enumerate(self._items) if c is not newest]
+        unpinned = [i for i in spare if self._items[i].n_tokens != self.pinned]
+        return (unpinned or spare)[0]
 
     def best_for(self, n: int) -> Checkpoint | None:
         """The latest checkpoint at or before ``n`` tokens."""
@@ -102,4 +110,8 @@ class Checkpoints:
 
     def copy(self, up_to: int | None = None) -> Checkpoints:
         kept = self._items if up_to is None else [c for c in self._items if c.n_tokens <= up_to]
-        return Checkpoints(kept, self.max_count, self.max_bytes)
+        copy = Checkpoints((), self.max_count, self.max_bytes)
+        copy.pinned = self.pinned
+        for item in kept:
+            copy.add(item)
+        return copy

@@ -34,7 +34,7 @@ from app.engine.context import Context
 from app.engine.context_shift import ContextShift
 from app.engine.embeddings import embed
 from app.engine.errors import ContextError, EngineError, StateError
-from app.engine.events import Completion, Event
+from app.engine.events import Completion, Event, RestoreOutcome
 from app.engine.handles import Handles
 from app.engine.metadata import ModelInfo
 from app.engine.model import Model, ProgressCallback
@@ -62,9 +62,8 @@ class Engine:
         self._residency = Residency(h, self._snapshots)
         self._fitter = ChatFitter(h)
         self._prompts = PromptQueue(h, self._snapshots)
-        self._scheduler = Scheduler(
-            h, self._snapshots, self._residency, ContextShift(h, self._snapshots, self._fitter)
-        )
+        self._shifter = ContextShift(h, self._snapshots, self._fitter)
+        self._scheduler = Scheduler(h, self._snapshots, self._residency, self._shifter)
         self._states = SavedStates(h, self._snapshots, self._residency, self._prompts)
 
     # ---------------------------------------------------------------- what it holds
@@ -103,7 +102,7 @@ class Engine:
 
     @property
     def last_restore_error(self) -> str | None:
-        """Why the last ``restore_state`` was refused (None: it was not)."""
+        """Why the last ``restore_state`` was refused, or parked (None: restored)."""
         return self._states.last_restore_error
 
     # ---------------------------------------------------------------- lifecycle
@@ -278,7 +277,17 @@ class Engine:
             generating=seq.generating,
             prompt_done=seq.prompt_done,
             prompt_total=seq.prompt_total,
+            n_reserved=self._reserved(seq),
+            n_dropped=seq.n_dropped if seq.messages is not None else 0,
         )
+
+    @staticmethod
+    def _reserved(seq: Sequence) -> int:
+        """The reply's reserve still free: all of it while idle (the next reply's), what
+        the reply has not used yet while it is written."""
+        if seq.generating:
+            return max(0, seq.reserve - len(seq.completion.tokens))
+        return seq.reserve
 
     def keep_only(self, key: int) -> None:
         """Drop every other sequence's cells (``seq_keep``), e.g. before a whole-context save."""
@@ -313,6 +322,7 @@ class Engine:
         dst = self._h.table.open()
         dst.messages = list(src.messages) if src.messages is not None else None
         dst.n_keep, dst.n_dropped = min(src.n_keep, n_tokens), src.n_dropped
+        dst.reserve = src.reserve
         events = self._h.side_events
         no_slot = (
             "No free sequence slot to fork into: stop a tab or raise the number of resident tabs."
@@ -365,8 +375,11 @@ class Engine:
         require_idle(seq)
         fit = self._fitter.fit(seq, messages, system, add_generation_prompt, reserve, reasoning)
         seq.messages, seq.n_dropped, seq.reasoning = fit.messages, fit.n_dropped, fit.reasoning
-        seq.n_keep = fit.n_keep
+        seq.n_keep, seq.reserve = fit.n_keep, fit.reserve
         seq.reasoning_format, seq.opens_reasoning = fit.reasoning_format, fit.opens_reasoning
+        # The system prompt's checkpoint is kept longest: dropping old messages re-reads
+        # the kept ones from there.
+        seq.checkpoints.pinned = fit.n_keep if fit.n_keep > 1 else None
         return self._prompts.set_tokens(seq, fit.tokens, fit.marks)
 
     def set_prompt(self, key: int, text: str, raw: bool = True) -> int:
@@ -515,19 +528,34 @@ class Engine:
         list is trustworthy (same model), the tokens are queued for re-processing instead.
         ``last_restore_error`` says why a restore was refused.
         """
+        return self.restore_state_outcome(key, data) is not RestoreOutcome.REFUSED
+
+    def restore_state_outcome(self, key: int, data: bytes) -> RestoreOutcome:
+        """:meth:`restore_state`, saying whether the cache holds the state now (RESTORED) or
+        keeps it until the sequence is used and has room (PARKED: a :class:`StateRestored`
+        event follows then, either way); REFUSED as ``restore_state``'s False."""
         seq = self._seq(key)
         require_idle(seq)
         return self._states.restore(seq, data)
 
     def restore_state_file(self, key: int, path: str | os.PathLike[str]) -> bool:
+        return self.restore_state_file_outcome(key, path) is not RestoreOutcome.REFUSED
+
+    def restore_state_file_outcome(self, key: int, path: str | os.PathLike[str]) -> RestoreOutcome:
         try:
             data = Path(path).read_bytes()
         except OSError as exc:
             # Say so like any other refusal (not the previous restore's reason).
             self._states.last_restore_error = f"The state file cannot be read: {exc}."
             log.warning("cannot read state file %s: %s", path, exc)
-            return False
-        return self.restore_state(key, data)
+            return RestoreOutcome.REFUSED
+        return self.restore_state_outcome(key, data)
+
+    def take_events(self) -> list[Event]:
+        """What happened outside a step (evictions and restores while binding, restoring or
+        rebuilding) and was not reported yet; the next ``step()`` reports it otherwise."""
+        events, self._h.side_events = self._h.side_events, []
+        return events
 
     def parked_state(self, key: int) -> bytes | None:
         """The state of an evicted sequence, for the caller to persist."""

@@ -11,9 +11,10 @@ import logging
 from typing import Any
 
 from app.engine.errors import EngineError, StateError
+from app.engine.events import RestoreOutcome
 from app.engine.handles import Handles
 from app.engine.prompt_queue import PromptQueue
-from app.engine.residency import Residency
+from app.engine.residency import Fit, Residency
 from app.engine.sequence import Sequence
 from app.engine.snapshots import Snapshots
 from app.engine.state_file import SequenceState
@@ -52,9 +53,11 @@ class SavedStates:
             raise StateError("No free sequence slot to save this state from.")
         return self._snapshots.state_of(seq).to_bytes()
 
-    def restore(self, seq: Sequence, data: bytes) -> bool:
-        """Load a saved state into ``seq``. False when refused (the caller re-processes
-        text); ``last_restore_error`` says why."""
+    def restore(self, seq: Sequence, data: bytes) -> RestoreOutcome:
+        """Load a saved state into ``seq``: RESTORED, PARKED (every slot busy, or busy
+        sequences hold the room: kept in the engine until the sequence is used and has room;
+        llama.cpp is not asked to restore what cannot fit), or REFUSED (the caller
+        re-processes text; ``last_restore_error`` says why)."""
         h = self._h
         self.last_restore_error = None
         fingerprint = h.need_model().fingerprint
@@ -66,7 +69,7 @@ class SavedStates:
         except EngineError as exc:  # StateError, or token ids this vocabulary lacks
             self.last_restore_error = str(exc)
             log.warning("refused a saved state: %s", exc)
-            return False
+            return RestoreOutcome.REFUSED
         self._residency.forget(seq)
         seq.n_keep = state.n_keep
         seq.n_dropped = int(state.extra.get("n_dropped", 0))
@@ -77,22 +80,42 @@ class SavedStates:
             return self._refused(seq, state, str(exc), same_model and fits)
         if not state.blob:
             return self._refused(seq, state, "The saved state holds no cache data.", fits)
+        if len(state.tokens) >= h.n_ctx_seq:
+            why = Fit.TOO_LONG.reason(len(state.tokens), h.n_ctx_seq)
+            return self._refused(seq, state, why, False)
         self._residency.ensure_resident(seq, h.side_events, protect={seq.key})
-        if seq.seq_id is None:  # every slot is busy: restored when one frees up
+        outcome = RestoreOutcome.RESTORED
+        why_parked = (
+            "Every resident slot is busy: it is restored when this conversation is next used."
+        )
+        if seq.seq_id is not None:
+            why_parked = Fit.NO_ROOM.reason(len(state.tokens))
+            # Idle tabs leave for their parked state to make room (restoring them later
+            # costs far less than re-reading this one); busy ones keep their cells.
+            fate = self._residency.restore_into(seq, state)
+            if fate is Fit.NO_ROOM:
+                seq.seq_id = None  # the slot goes back: nothing of it is in the cache
+            elif fate is not Fit.RESTORED:
+                return self._refused(seq, state, fate.reason(len(state.tokens)), fits)
+        if seq.seq_id is None:
+            # Every slot is busy, or the cache has no room while the others hold theirs:
+            # restored (or, failing that, re-read and reported) when the sequence is used.
             seq.parked = state
             seq.tokens = list(state.tokens)
-        elif not self._residency.restore_into(seq, state):
-            message = "llama.cpp did not accept the saved cache (it does not fit this context)."
-            return self._refused(seq, state, message, fits)
+            seq.report_restore = True
+            outcome = RestoreOutcome.PARKED
+            self.last_restore_error = why_parked
         seq.pending = list(state.pending)
         self._snapshots.adopt_checkpoints(seq, state)
-        return True
+        return outcome
 
-    def _refused(self, seq: Sequence, state: SequenceState, why: str, requeue: bool) -> bool:
+    def _refused(
+        self, seq: Sequence, state: SequenceState, why: str, requeue: bool
+    ) -> RestoreOutcome:
         self.last_restore_error = why
         if requeue:
             seq.pending = list(state.tokens + state.pending)
-        return False
+        return RestoreOutcome.REFUSED
 
     # ------------------------------------------------------------ the whole context
 

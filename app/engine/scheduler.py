@@ -1,9 +1,10 @@
 """The scheduler: continuous batching over every busy sequence, one decode per step.
 
 Each step builds one ``llama_batch``: one sampled token for every generating sequence, then
-prompt chunks of prefilling ones up to ``n_batch`` (both lists rotated, so nobody waits
-behind the others step after step), with logits only on the last token of a span. Then one
-``llama_decode``, and per sequence: bookkeeping, checkpoints, sampling and text. A failed
+prompt chunks of prefilling ones up to ``n_batch`` (at most
+:data:`PROMPT_TOKENS_WHILE_GENERATING` while any sequence generates; both lists rotated, so
+nobody waits behind the others step after step), with logits only on the last token of a
+span. Then one ``llama_decode``, and per sequence: bookkeeping, checkpoints, sampling and text. A failed
 decode is resynchronised from ``seq_pos_max``; "no memory slot" evicts an idle sequence,
 halves the prompt part, or shifts the largest sequence, and tries again.
 """
@@ -30,6 +31,14 @@ log = logging.getLogger(__name__)
 Span = tuple[Sequence, list[int], int | None]
 
 _MAX_ATTEMPTS = 12  # decodes per step while the cache has no room for the batch
+# While any sequence generates, the prompt part of a step is capped: a step costs about the
+# time of its tokens, and a generating tab gets one token per step, so a whole batch of
+# another tab's prompt stalls it (512 tokens: about 4 s on the 1.1B benchmark model, one
+# thread). With 64, a 1,024-token prompt read beside a generating tab took 9.5 s instead of
+# 8.7 s, and the generating tab got 16 tokens meanwhile instead of 3 (longest wait 0.8 s
+# instead of 4.7 s); reading a prompt 64 tokens a step is as fast as 512 at a time there
+# (135 and 125 tokens/s, one thread).
+PROMPT_TOKENS_WHILE_GENERATING = 64
 _CONTEXT_FULL = (
     "The context is full: the cache has no room left. Close some tabs or raise the context size."
 )
@@ -114,8 +123,9 @@ class Scheduler:
                 if ready is not None:
                     # A checkpoint kept the prompt's last logits: the reply starts without a decode.
                     assert seq.sampler is not None
-                    seq.first_token(time.perf_counter())
-                    self._on_token(seq, seq.sampler.sample_logits(ready), events)
+                    now = time.perf_counter()
+                    seq.first_token(now)
+                    self._on_token(seq, seq.sampler.sample_logits(ready), events, now)
         prompt_cap: int | None = None  # shrinks when the cache has no room for the batch
         for _attempt in range(_MAX_ATTEMPTS):
             spans = self._build_batch(events, prompt_cap)
@@ -192,6 +202,8 @@ class Scheduler:
             r = self._rotation % len(prefilling)
             prefilling = prefilling[r:] + prefilling[:r]
         prompt_room = batch.capacity if prompt_cap is None else prompt_cap
+        if generating:
+            prompt_room = min(prompt_room, PROMPT_TOKENS_WHILE_GENERATING)
         for seq in generating + prefilling:
             is_generating = seq.phase is Phase.GENERATING
             room = batch.free if is_generating else min(batch.free, prompt_room)
@@ -247,16 +259,20 @@ class Scheduler:
             if phase is not Phase.GENERATING:
                 seq.first_token(now)
             assert seq.sampler is not None
-            self._on_token(seq, seq.sampler.sample(ctx.handle, index), events)
+            self._on_token(seq, seq.sampler.sample(ctx.handle, index), events, now)
 
-    def _on_token(self, seq: Sequence, token: int, events: list[Event]) -> None:
+    def _on_token(self, seq: Sequence, token: int, events: list[Event], now: float) -> None:
         model = self._h.need_model()
+        completion = seq.completion
+        if not completion.n_sampled:
+            completion.first_token_at = now
+        completion.n_sampled += 1
+        completion.last_token_at = now
         # Decoded next step; kept when finishing, so a resume continues exactly.
         seq.pending = [token]
         if model.is_eog(token):
             self.finish(seq, "eog", events)
             return
-        completion = seq.completion
         completion.tokens.append(token)
         reply = seq.reply
         assert reply is not None and seq.params is not None

@@ -67,6 +67,7 @@ class Sequence:
     pending: list[int] = field(default_factory=list)  # to decode next (prompt, or last sample)
     parked: SequenceState | None = None  # the cache while not resident
     cut_after_restore: int | None = None  # truncate the restored cache to this many tokens
+    report_restore: bool = False  # a saved state waits for room: say when it comes back
     checkpoints: Checkpoints = field(default_factory=Checkpoints)
     checkpoint_at: set[int] = field(default_factory=set)  # take one when the cache holds this many
     ready: ReadyLogits | None = None
@@ -84,6 +85,7 @@ class Sequence:
     n_keep: int = 0  # tokens a context shift keeps (BOS and the system prompt)
     messages: list[Message] | None = None
     n_dropped: int = 0  # chat messages dropped from the front by context shifts
+    reserve: int = 0  # cells the last chat fit kept free for the reply
     policy: str | None = None  # "shift" or "stop" when the context is full; None = the engine's
     last_used: int = 0
     # How this turn's reply is split into reasoning and answer (NONE: all answer).
@@ -179,6 +181,8 @@ class SequenceInfo:
     generating: bool
     prompt_done: int
     prompt_total: int
+    n_reserved: int = 0  # cells kept free for the reply (what is left of them while generating)
+    n_dropped: int = 0  # leading messages after the system prompt the model no longer sees
 
 
 class SequenceTable:

@@ -38,10 +38,13 @@ from app.engine import (
     read_model_info,
 )
 from app.engine import ContextShifted as EngineShifted
+from app.engine import Event as EngineEvent
 from app.engine import Evicted as EngineEvicted
 from app.engine import Finished as EngineFinished
 from app.engine import PromptProgress as EngineProgress
+from app.engine import RestoreOutcome as EngineRestore
 from app.engine import SequenceFailed as EngineFailed
+from app.engine import StateRestored as EngineRestored
 from app.engine import TokenText as EngineText
 from app.engine.chat_template import ReasoningOptions
 from app.engine.reasoning import Channel
@@ -529,6 +532,10 @@ class Session:
                 if engine.is_busy(key):
                     engine.stop(key)
             return
+        self._deliver(engine, events)
+
+    def _deliver(self, engine: Engine, events: list[EngineEvent]) -> None:
+        """Turn the engine's events into the conversations' and hand them out."""
         now = time.perf_counter()
         last_piece: tuple[int, int] | None = None
         for event in events:
@@ -569,6 +576,14 @@ class Session:
                 self._dirty.add(conv.cid)
             elif isinstance(event, EngineEvicted):
                 self._park(engine, conv)
+            elif isinstance(event, EngineRestored):
+                # A parked cache came back when the conversation was used, or could not (a
+                # rebuilt context too small for it...): say which, with the reason.
+                if event.restored:
+                    self._emit(ev.CacheRestored(conv.cid, RestoreOutcome.RESTORED))
+                else:
+                    self._emit(ev.CacheRestored(conv.cid, RestoreOutcome.REREAD, event.reason))
+                self._dirty.add(conv.cid)
         self._flush_streams(force=False)
         self._replies.tick(now)
         self._emit_stats(force=False)
@@ -633,7 +648,14 @@ class Session:
             return
         self._emit(
             ev.SequenceStatus(
-                cid, info.n_tokens, info.n_ctx, info.resident, info.busy, info.generating
+                cid,
+                info.n_tokens,
+                info.n_ctx,
+                info.resident,
+                info.busy,
+                info.generating,
+                n_reserved=info.n_reserved,
+                n_dropped=info.n_dropped,
             )
         )
 
@@ -673,21 +695,34 @@ class Session:
         outcome, reason = RestoreOutcome.EMPTY, None
         data = self._store.get(conv.cid, engine.model_fingerprint) if self._store else None
         if data is not None:
-            try:
-                restored = engine.restore_state(key, data)
-                reason = None if restored else engine.last_restore_error
-            except LlamaDeskError as exc:
-                restored, reason = False, str(exc)
-            if restored:
-                outcome = RestoreOutcome.RESTORED
-            else:
-                # Refused (other settings, damaged...): the text is re-processed later.
+            outcome, reason = self._restore_into(
+                engine, key, lambda: engine.restore_state_outcome(key, data)
+            )
+            if outcome is RestoreOutcome.REREAD:
                 log.info("state of conversation %d not restored: %s", conv.cid, reason)
-                engine.clear_sequence(key)
-                outcome = RestoreOutcome.REREAD
-                reason = reason or "the saved cache could not be used."
         self._emit(ev.CacheRestored(conv.cid, outcome, reason))
+        self._deliver(engine, engine.take_events())  # tabs that left to make room
         self._emit_status(conv.cid)
+
+    @staticmethod
+    def _restore_into(
+        engine: Engine, key: int, restore: Callable[[], EngineRestore]
+    ) -> tuple[RestoreOutcome, str | None]:
+        """Run ``restore`` and say truthfully what it did: RESTORED (the cache holds it),
+        PARKED (waiting for room, with the reason) or REREAD (refused: the sequence is
+        emptied and its text re-read with the next turn)."""
+        try:
+            result = restore()
+            reason = engine.last_restore_error
+        except LlamaDeskError as exc:
+            result, reason = EngineRestore.REFUSED, str(exc)
+        if result is EngineRestore.RESTORED:
+            return RestoreOutcome.RESTORED, None
+        if result is EngineRestore.PARKED:
+            return RestoreOutcome.PARKED, reason
+        # Refused (other settings, damaged...): the text is re-processed later.
+        engine.clear_sequence(key)
+        return RestoreOutcome.REREAD, reason or "the saved cache could not be used."
 
     def _close_conversation(self, cid: ConversationId, save: bool) -> None:
         conv = self._convs.get(cid)
@@ -966,20 +1001,17 @@ class Session:
             if self._engine is not None and self._engine.context is not None:
                 self._bind(self._conv(cid))
             engine, key = self._idle_key(cid)
-            restored = engine.restore_state_file(key, command.path)
-            reason = None if restored else engine.last_restore_error
-            if not restored:
+            outcome, reason = self._restore_into(
+                engine, key, lambda: engine.restore_state_file_outcome(key, command.path)
+            )
+            if outcome is RestoreOutcome.REREAD:
                 log.info("state file %s not restored: %s", command.path, reason)
-                engine.clear_sequence(key)
         except LlamaDeskError as exc:
             reply.set_exception(exc)
             return
-        if restored:
-            event = ev.CacheRestored(cid, RestoreOutcome.RESTORED)
-        else:
-            reason = reason or "the saved cache could not be used."
-            event = ev.CacheRestored(cid, RestoreOutcome.REREAD, reason)
+        event = ev.CacheRestored(cid, outcome, reason)
         self._emit(event)
+        self._deliver(engine, engine.take_events())
         self._emit_status(cid)
         reply.set_result(event)
 
@@ -1120,9 +1152,12 @@ class Session:
         except LlamaDeskError as exc:
             self._emit_session(ev.BusyChanged(""))
             self._emit_session(ev.ReconfigureFailed(str(exc)))
+            self._deliver(engine, engine.take_events())
             return
         self._emit_session(ev.BusyChanged(""))
         self._emit_session(ev.Reconfigured(self._loaded_model(engine)))
+        # Caches the new context could not take back, and tabs left parked: said per tab.
+        self._deliver(engine, engine.take_events())
         for cid in list(self._convs):
             self._emit_status(cid)
 

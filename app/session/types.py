@@ -9,6 +9,7 @@ from typing import Any, NewType
 
 from app.engine import Completion, ContextSettings, ModelInfo
 from app.engine.chat_template import ReasoningEffort, ReasoningOptions
+from app.engine.events import generation_rate
 
 ConversationId = NewType("ConversationId", int)
 """A conversation: the storage conversation id, or any opaque int a client chooses."""
@@ -54,8 +55,12 @@ class RestoreOutcome(enum.StrEnum):
     """How a conversation's cache came back when its sequence was opened."""
 
     EMPTY = "empty"  # nothing saved: its text is processed with the next turn
-    RESTORED = "restored"  # from its state file
+    RESTORED = "restored"  # from its state file: the cache holds it
     REREAD = "reread"  # the state file was refused: its text is re-read with the next turn
+    # Kept, not in the cache yet: other conversations hold the room (or every slot). It is
+    # restored when this conversation is next used; a second CacheRestored then says
+    # RESTORED, or REREAD with the reason.
+    PARKED = "parked"
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,8 @@ class TurnResult:
     reasoning: str = ""
     reasoning_ms: float | None = None
     tokens: tuple[int, ...] = ()  # the generated token ids
+    n_sampled: int = 0  # tokens sampled, the end-of-generation one included
+    stream_ms: float = 0.0  # from the first sampled token to the last
 
     @classmethod
     def of(cls, completion: Completion) -> TurnResult:
@@ -103,11 +110,21 @@ class TurnResult:
             reasoning=completion.reasoning or "",
             reasoning_ms=completion.reasoning_ms,
             tokens=tuple(completion.tokens),
+            n_sampled=completion.n_sampled,
+            stream_ms=completion.stream_ms,
         )
 
     @property
     def tokens_per_second(self) -> float:
-        return self.n_tokens / (self.gen_ms / 1000.0) if self.gen_ms > 0 and self.n_tokens else 0.0
+        """The rate the window shows: the tokens sampled after the first, over the time
+        from the first sampled token to the last (``stream_ms``).
+
+        Neither the prompt nor the wait before the first token counts (they are
+        ``prompt_ms``), and the first token comes from the prompt's logits, so two replies
+        generated side by side get the same figure whatever their lengths. A result without
+        sample times (``n_sampled == 0``) falls back to ``n_tokens / gen_ms``.
+        """
+        return generation_rate(self.n_tokens, self.gen_ms, self.n_sampled, self.stream_ms)
 
     @property
     def prompt_tokens_per_second(self) -> float:

@@ -12,14 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import gguf
 import pytest
 
 from app.engine import Completion, ContextSettings, Engine, SamplingParams
 from app.engine.cache import CacheFamily
 from app.engine.events import ContextShifted
-from tests.support.arch_models import ARCHITECTURES, SmallVocab, family, write_arch_model
-from tests.support.gguf_models import vocabulary
+from tests.support.arch_models import ARCHITECTURES, family
 from tests.support.settings import small_settings
 
 # Replies of plain words, so a reply re-rendered into the next prompt is the same text.
@@ -31,25 +29,6 @@ USER2 = {"role": "user", "content": "one two three four five"}
 USER2_EDITED = {"role": "user", "content": "yes no yes the chat"}
 
 Message = dict[str, Any]
-
-
-class _PlainSpaces(SmallVocab):
-    """The small vocabulary without SentencePiece's space prefix, as byte-level BPE vocabularies
-    are: a reply's text then tokenizes into the next prompt as it was sampled, so the tests can
-    count exactly what a turn decodes."""
-
-    def add_to_writer(self, writer: gguf.GGUFWriter) -> None:
-        super().add_to_writer(writer)
-        writer.add_add_space_prefix(False)
-
-
-@pytest.fixture(scope="session")
-def family_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("family-models")
-    vocab = _PlainSpaces(*vocabulary())
-    return {
-        arch: write_arch_model(folder / f"{arch}.gguf", arch, vocab=vocab) for arch in ARCHITECTURES
-    }
 
 
 @pytest.fixture(params=ARCHITECTURES)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -92,39 +92,6 @@ class Recorder:
     def session_of(self, kind: type[ev.SessionEvent]) -> list[ev.SessionEvent]:
         with self._lock:
             return [e for e in self.session_events if type(e) is kind]
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> StateStore:
-    return StateStore(tmp_path / "states")
-
-
-@pytest.fixture
-def make_session(store: StateStore) -> Iterator[Callable[..., tuple[Session, Recorder]]]:
-    opened: list[Session] = []
-
-    def make(
-        model: Path | None = None,
-        settings: ContextSettings = CONTEXT,
-        database: Database | None = None,
-    ) -> tuple[Session, Recorder]:
-        session = Session(store, database)
-        recorder = Recorder(session)
-        opened.append(session)
-        if model is not None:
-            session.load_model(str(model), settings)
-            recorder.wait(
-                lambda: bool(
-                    recorder.session_of(ev.ModelLoaded) or recorder.session_of(ev.ModelLoadFailed)
-                )
-            )
-            assert recorder.session_of(ev.ModelLoaded), recorder.session_events
-        return session, recorder
-
-    yield make
-    for session in opened:
-        session.shutdown()
-        assert session.join(10.0)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from app.engine import ContextSettings
 
 def small_settings(**overrides: object) -> ContextSettings:
     values: dict[str, object] = dict(
-        n_ctx=1024, n_batch=64, n_ubatch=64, n_seq_max=4, n_threads=2, n_threads_batch=2
+        n_ctx=1024, n_batch=64, n_ubatch=64, n_seq_max=4, n_threads=1, n_threads_batch=1
     )
     values.update(overrides)
     return ContextSettings(**values)  # type: ignore[arg-type]
