@@ -99,7 +99,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.embeddings:
         settings.embeddings = True
     runner = ServerRunner(path, settings, config, persist=not args.no_persist)
-    loaded = runner.start()
+    loaded = runner.start(background=True)  # /health answers "loading" meanwhile
 
     def on_signal(signum: int, frame: Any) -> None:
         runner.stop_listening()
@@ -111,7 +111,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
-        runner.serve_forever()
+        runner.wait()
     except KeyboardInterrupt:
         pass
     finally:

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from app import __version__
 from app.server.config import ServerConfig
@@ -34,6 +34,7 @@ from app.server.openai_format import (
 )
 from app.server.params import parse_chat, parse_completion
 from app.server.service import ApiService, ClientGone, Item
+from app.server.slots import slot_index
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class ApiServer(ThreadingHTTPServer):
         self.config = config
         self._connections = 0
         self._count_lock = threading.Lock()
+        self._open: set[socket.socket] = set()  # guarded by _count_lock
         host = config.host.strip("[]")
         if ":" in host:
             self.address_family = socket.AF_INET6
@@ -86,11 +88,24 @@ class ApiServer(ThreadingHTTPServer):
         super().process_request(request, client_address)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        with self._count_lock:
+            self._open.add(request)
         try:
             super().process_request_thread(request, client_address)
         finally:
             with self._count_lock:
                 self._connections -= 1
+                self._open.discard(request)
+
+    def close_connections(self) -> None:
+        """End every open connection (after ``shutdown``): a keep-alive client must not
+        go on being served by a stopped server, and a reply in progress sees its client
+        gone and frees its sequence."""
+        with self._count_lock:
+            sockets = list(self._open)
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 class ApiHandler(BaseHTTPRequestHandler):
@@ -352,14 +367,14 @@ class ApiHandler(BaseHTTPRequestHandler):
         self._send_json(200, self.server.service.slots())
 
     def _slot_action(self, path: str) -> None:
-        raise ApiError(
-            501,
-            "Slot save/restore/erase is not offered: name a conversation ('conversation' in "
-            "the body or an X-Conversation-Id header) and its cache is kept across requests "
-            "and restarts.",
-            type="not_supported_error",
-            code="not_implemented",
-        )
+        index = slot_index(path)
+        action = parse_qs(urlsplit(self.path).query).get("action", [None])[0]
+        # llama-server's erase takes no body; save and restore name their file in one.
+        length = self.headers.get("Content-Length", "0").strip()
+        has_body = length != "0" or "Transfer-Encoding" in self.headers
+        body = self._read_json() if has_body else None
+        self._body_read = True
+        self._send_json(200, self.server.service.slot_action(index, action, body))
 
     def _tokenize(self, path: str) -> None:
         self._send_json(200, self.server.service.tokenize(self._read_json()))

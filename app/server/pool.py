@@ -52,12 +52,24 @@ def common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return n
 
 
+IN_USE_MESSAGE = (
+    "This conversation is open in a LlamaDesk tab; close the tab or use another conversation id."
+)
+
+
 class ConversationPool:
     def __init__(
-        self, session: Session, store: ConversationStore | None, max_resident: int
+        self,
+        session: Session,
+        store: ConversationStore | None,
+        max_resident: int,
+        in_use_elsewhere: Callable[[int], bool] | None = None,
     ) -> None:
+        """``in_use_elsewhere(storage id)``: True while another client of the session (a
+        window tab) has the conversation open; called on request threads."""
         self._session = session
         self._store = store
+        self._in_use_elsewhere = in_use_elsewhere
         self.max_resident = max(1, max_resident)
         self._lock = threading.Lock()
         self._convs: dict[int, ApiConversation] = {}
@@ -111,6 +123,9 @@ class ConversationPool:
             cid = self._store.create(name)
             with self._lock:
                 self._named[name] = cid
+        if self._in_use_elsewhere is not None and self._in_use_elsewhere(cid):
+            # Two writers on one sequence would interleave their tokens.
+            raise ApiError(409, IN_USE_MESSAGE, param="conversation", code="conversation_in_use")
         with self._lock:
             conv = self._convs.get(cid)
             if conv is None:
@@ -127,6 +142,50 @@ class ConversationPool:
             conv.last_used = time.monotonic()
             self._ensure(conv)
             return conv
+
+    def take_slot(self, index: int) -> ApiConversation:
+        """The conversation listed at ``index`` in ``/slots``, marked busy (for a slot
+        action), or a 404/409 sentence."""
+        with self._lock:
+            listed = sorted(self._convs.values(), key=lambda c: (c.name is None, c.cid))
+            if not 0 <= index < len(listed):
+                raise ApiError(
+                    404,
+                    f"There is no slot {index}: GET /slots lists {len(listed)} "
+                    "(a slot is an API conversation, made by a request).",
+                    code="slot_not_found",
+                )
+            conv = listed[index]
+            if conv.busy:
+                raise ApiError(
+                    409,
+                    f"Slot {index} is answering a request; retry when it is done.",
+                    code="slot_busy",
+                )
+            if self._in_use_elsewhere is not None and self._in_use_elsewhere(conv.cid):
+                raise ApiError(409, IN_USE_MESSAGE, code="conversation_in_use")
+            conv.busy = True
+            conv.last_used = time.monotonic()
+            self._ensure(conv)
+            return conv
+
+    def erase(self, conv: ApiConversation) -> None:
+        """Drop a (busy-marked) conversation's cache from memory without saving it; the
+        entry stays (slot numbers do not move) and is reopened empty on its next use."""
+        with self._lock:
+            self._session.close(conv.cid, save=False)
+            conv.open = False
+            conv.tokens = ()
+
+    def handed_over(self, cids: set[int]) -> None:
+        """Window tabs opened or closed these conversations: their sequences are the
+        tabs' (and a closing tab closes them), so an idle API entry reopens at its next
+        use."""
+        with self._lock:
+            for conv in self._convs.values():
+                if conv.cid in cids and not conv.busy:
+                    conv.open = False
+                    conv.tokens = ()
 
     def release(self, conv: ApiConversation, tokens: tuple[int, ...] | None) -> None:
         with self._lock:
@@ -160,8 +219,15 @@ class ConversationPool:
             conv.open = False
             conv.tokens = ()
 
-    def close_scratch(self) -> None:
-        """Close every scratch conversation without saving (before a shutdown)."""
+    def close_all(self) -> None:
+        """Close every API conversation (named ones save their caches) and stop following
+        them: the server inside the window stops, the window's session goes on."""
         with self._lock:
-            for conv in [c for c in self._convs.values() if c.name is None]:
-                self._forget(conv)
+            for conv in list(self._convs.values()):
+                if conv.open:
+                    self._session.close(conv.cid, save=conv.name is not None)
+                    conv.open = False
+                if conv.unsubscribe is not None:
+                    conv.unsubscribe()
+                    conv.unsubscribe = None
+            self._convs.clear()

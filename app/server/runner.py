@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 from pathlib import Path
@@ -19,10 +20,27 @@ from app.storage import StateStore
 log = logging.getLogger(__name__)
 
 LOAD_TIMEOUT_S = 600.0
+SLOTS_FOLDER = "slots"  # under the states folder: /slots save and restore files
+
+
+def listen_error(host: str, port: int, exc: OSError) -> str:
+    """A sentence for a failed bind that says what to do."""
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"Port {port} on {host} is already in use (another server?): stop that program "
+            "or choose another port."
+        )
+    if exc.errno == errno.EACCES:
+        return (
+            f"Port {port} on {host} needs more rights than LlamaDesk has: choose a port above 1023."
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"{host} is not an address of this computer: use 127.0.0.1 or 0.0.0.0."
+    return f"Cannot listen on {host}:{port}: {exc.strerror or exc}."
 
 
 class ServerRunner:
-    """``start()`` loads the model and binds; ``serve_forever()`` or a background thread
+    """``start()`` binds and loads the model; ``serve_forever()`` or a background thread
     answers; ``close()`` stops listening, closes the scratch conversations and shuts the
     session down (every named conversation's state is saved)."""
 
@@ -39,32 +57,39 @@ class ServerRunner:
         states folder (``home``: another data folder than the app's, for tests)."""
         config.validate()
         self.config = config
-        self.model_path = Path(model_path)
+        # Absolute: /props reports it, and a client's working folder is not ours.
+        self.model_path = Path(model_path).absolute()
         self.settings = settings
         states = home / "states" if home is not None else paths.state_dir()
         database = home / "llamadesk.sqlite3" if home is not None else paths.database_path()
         store = StateStore(states) if persist else None
         self.store = ConversationStore(database) if persist else None
         self.session = Session(store, None, name="api-session")
-        self.service = ApiService(self.session, config, self.store)
+        self.service = ApiService(
+            self.session, config, self.store, slots_dir=states / SLOTS_FOLDER if persist else None
+        )
         self.http: ApiServer | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def start(self) -> LoadedModel:
-        self.session.load_model(str(self.model_path), self.settings)
+    def start(self, background: bool = False) -> LoadedModel:
+        """Bind, then load: a port in use is reported at once, not after the model loaded.
+        ``background``: answer from a thread already while loading (``/health`` says
+        "Loading model" with a 503, as llama-server's does); else connections wait in the
+        listen queue until ``serve_forever``."""
         try:
-            loaded = self.service.wait_loaded(LOAD_TIMEOUT_S)
             self.http = ApiServer(self.service, self.config)
         except OSError as exc:
             self.close()
-            raise LlamaDeskError(
-                f"Cannot listen on {self.config.host}:{self.config.port}: {exc.strerror or exc}."
-            ) from None
+            raise LlamaDeskError(listen_error(self.config.host, self.config.port, exc)) from None
+        try:
+            if background:
+                self.start_background()
+            self.session.load_model(str(self.model_path), self.settings)
+            return self.service.wait_loaded(LOAD_TIMEOUT_S)
         except BaseException:
             self.close()
             raise
-        return loaded
 
     @property
     def url(self) -> str:
@@ -79,8 +104,15 @@ class ServerRunner:
         self.http.serve_forever(poll_interval=0.2)
 
     def start_background(self) -> None:
+        if self._thread is not None:
+            return
         self._thread = threading.Thread(target=self.serve_forever, name="api-http", daemon=True)
         self._thread.start()
+
+    def wait(self) -> None:
+        """Until the background listener stops (``stop_listening``); Ctrl+C interrupts."""
+        while self._thread is not None and self._thread.is_alive():
+            self._thread.join(0.5)
 
     def stop_listening(self) -> None:
         """Make ``serve_forever`` return (from another thread or a signal handler's thread)."""
@@ -96,6 +128,7 @@ class ServerRunner:
                 self.http.shutdown()
                 self._thread.join(10.0)
             self.http.server_close()
+            self.http.close_connections()
         self.service.close()
         self.session.shutdown()
         if not self.session.join(30.0):

@@ -37,6 +37,7 @@ from app.server.params import (
     parse_chat,
 )
 from app.server.pool import ApiConversation, ConversationPool
+from app.server.slots import SlotActions
 from app.server.store import ConversationStore
 from app.session import ChatMessage, FinishReason, LoadedModel, NoModelError, Session, TurnResult
 from app.session import events as ev
@@ -139,8 +140,22 @@ class Admission:
 
 class ApiService:
     def __init__(
-        self, session: Session, config: ServerConfig, store: ConversationStore | None
+        self,
+        session: Session,
+        config: ServerConfig,
+        store: ConversationStore | None,
+        *,
+        model: LoadedModel | None = None,
+        attached: bool = False,
+        in_use_elsewhere: Callable[[int], bool] | None = None,
+        slots_dir: Path | None = None,
     ) -> None:
+        """``model``: the model the session already holds (a service attached to a running
+        session learns no ``ModelLoaded`` for it); ``attached``: the session is someone
+        else's (the window's), which loads models itself, so no model means "load one",
+        not "loading"; ``in_use_elsewhere(storage id)``: True
+        while a window tab has that conversation open (its requests get a 409; called on
+        request threads); ``slots_dir``: where ``/slots`` save and restore files go."""
         self.session = session
         self.config = config
         self.store = store
@@ -149,10 +164,23 @@ class ApiService:
         self.model_event = threading.Event()
         self.created = int(time.time())
         self.admission = Admission(config.parallel, config.max_queue)
-        self.pool = ConversationPool(session, store, config.resident)
-        self._unsubscribe = session.subscribe_session(self._on_session)
+        self.pool = ConversationPool(session, store, config.resident, in_use_elsewhere)
+        self.slot_actions = SlotActions(session, self.pool, slots_dir)
         self.log: deque[RequestRecord] = deque(maxlen=LOG_SIZE)
         self._log_listeners: list[Callable[[RequestRecord], None]] = []
+        self._attached = False  # attached to a window's session (not loading a model itself)
+        if attached or model is not None:
+            self.attach(model)
+        # Subscribed after attach: a ModelLoaded/ModelUnloaded that follows wins.
+        self._unsubscribe = session.subscribe_session(self._on_session)
+
+    def attach(self, model: LoadedModel | None) -> None:
+        """The model the session holds now (None: none)."""
+        self._attached = True
+        self.loaded = model
+        if model is not None:
+            self.load_error = None
+            self.model_event.set()
 
     def subscribe_log(self, callback: Callable[[RequestRecord], None]) -> Callable[[], None]:
         """Call ``callback`` (on a request thread) with each finished request's record."""
@@ -197,6 +225,11 @@ class ApiService:
         if model is None:
             if self.load_error:
                 raise server_error(f"The model could not be loaded: {self.load_error}")
+            if self._attached:
+                raise unavailable(
+                    "No model is loaded in LlamaDesk: load one in the window, then retry.",
+                    "no_model",
+                )
             raise unavailable("The model is still loading; retry in a moment.", "loading")
         if name is not None:
             path = Path(model.path)
@@ -265,7 +298,7 @@ class ApiService:
                 "params": SamplingParams().to_dict(),
             },
             "total_slots": self.config.parallel,
-            "model_path": model.path,
+            "model_path": str(Path(model.path).absolute()),
             "model_alias": self.model_id,
             "chat_template": model.info.chat_template or "",
             "modalities": {"vision": False, "audio": False},
@@ -289,6 +322,10 @@ class ApiService:
             }
             for i, conv in enumerate(self.pool.conversations())
         ]
+
+    def slot_action(self, index: int, action: str | None, body: Any) -> dict[str, Any]:
+        self.model()
+        return self.slot_actions.run(index, action, body)
 
     def tokenize(self, body: Any) -> dict[str, Any]:
         body = expect_object(body)
@@ -572,7 +609,7 @@ class ApiService:
 
     def close(self) -> None:
         self._unsubscribe()
-        self.pool.close_scratch()
+        self.pool.close_all()
 
 
 def _messages(req: ChatRequest) -> list[dict[str, Any]]:

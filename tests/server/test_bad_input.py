@@ -140,7 +140,7 @@ def test_an_invalid_grammar_is_a_400(http: httpx2.Client) -> None:
 def test_unknown_endpoints_and_methods(http: httpx2.Client) -> None:
     assert_error(http.get("/v1/nothing"), 404)
     assert_error(http.get(CHAT), 405)
-    assert_error(http.post("/slots/0?action=save", json={"filename": "../../x"}), 501)
+    assert_error(http.post("/slots/0?action=save", json={"filename": "../../x"}), 400, "filename")
 
 
 def test_embeddings_without_an_embeddings_context(http: httpx2.Client) -> None:

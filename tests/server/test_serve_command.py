@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,7 +15,7 @@ from typing import Any
 import openai
 
 from app.storage import Database
-from tests.server.conftest import ServeProcess
+from tests.server.conftest import ROOT, ServeProcess
 
 
 def chat(url: str, messages: list[Any], conversation: str | None = None) -> Any:
@@ -67,3 +72,29 @@ def test_serve_refuses_other_devices_without_a_key(
         assert "--api-key" in str(exc)
     else:
         raise AssertionError("serve listened on 0.0.0.0 without a key")
+
+
+def test_serve_reports_a_port_in_use_before_loading_the_model(
+    long_model: Path, tmp_path: Path
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = dict(os.environ, LLAMADESK_HOME=str(tmp_path / "home"))
+        for model in (tmp_path / "missing.gguf", long_model):
+            t0 = time.monotonic()
+            proc = subprocess.run(
+                [sys.executable, "-m", "app", "serve", str(model), "--port", str(port)],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            # the port is checked first: a missing model is not even looked at
+            assert proc.returncode == 2, proc.stderr
+            assert f"Port {port} on 127.0.0.1 is already in use" in proc.stderr
+            assert "choose another port" in proc.stderr and "missing" not in proc.stderr
+            assert "Traceback" not in proc.stderr
+            assert time.monotonic() - t0 < 20
