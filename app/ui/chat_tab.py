@@ -709,6 +709,7 @@ class ChatTab(QWidget):
                 self.on_info(
                     {
                         "restored": event.outcome is RestoreOutcome.RESTORED,
+                        "parked": event.reason if event.outcome is RestoreOutcome.PARKED else None,
                         "restore_error": event.reason
                         if event.outcome is RestoreOutcome.REREAD
                         else None,
@@ -722,6 +723,7 @@ class ChatTab(QWidget):
     def on_started(self, n_to_process: int) -> None:
         if self._turns_since_open >= 1:  # what happened at restore is old news now
             self.info.pop("restored", None)
+            self.info.pop("parked", None)
             self.info.pop("restore_error", None)
         self._state = "prompt"
         self._prompt = (0, n_to_process)
@@ -959,6 +961,9 @@ class ChatTab(QWidget):
             return "idle · saved to disk"
         if self.info.get("restored"):
             return "idle · cache restored from disk"
+        if self.info.get("parked"):
+            # saved, waiting for room in the context: it comes back when this chat is used
+            return "idle · cache waiting for room (restored when you send)"
         reason = self.info.get("restore_error")
         if reason:
             reason = str(reason).strip()
@@ -1005,9 +1010,17 @@ class ChatTab(QWidget):
         text = self.state_text()
         self.state_label.setText(text)
         reason = self.info.get("restore_error")
-        self.state_label.setToolTip(
-            "The saved cache of this conversation could not be used, so its text is read "
-            f"again (information, nothing is lost): {reason}"
-            if reason and "re-processed" in text
-            else ""
-        )
+        parked = self.info.get("parked")
+        if reason and "re-processed" in text:
+            tip = (
+                "The saved cache of this conversation could not be used, so its text is read "
+                f"again (information, nothing is lost): {reason}"
+            )
+        elif parked and "waiting for room" in text:
+            tip = (
+                "This conversation's cache is saved on disk; the context is busy with other "
+                f"chats, so it is restored when you next send here: {parked}"
+            )
+        else:
+            tip = ""
+        self.state_label.setToolTip(tip)

@@ -51,6 +51,7 @@ from app.ui.downloads_panel import Downloads
 from app.ui.export_import import TransferOutcome
 from app.ui.message_bar import MessageBar
 from app.ui.model_picker import ModelPicker
+from app.ui.server_panel import install_server_menu
 from app.ui.sidebar import Sidebar
 from app.ui.theme import THEME_LABELS, THEMES, apply_theme, current_theme
 from app.ui.welcome import WelcomePage
@@ -146,6 +147,8 @@ class MainWindow(QMainWindow):
             apply_theme(self.app_settings.theme)
         self._build()
         self._connect_worker()
+        # the local API server: a client of this window's session (started only on request)
+        self.server = install_server_menu(self)
         self._flush_timer = QTimer(self)
         self._flush_timer.setInterval(FLUSH_INTERVAL_MS)
         self._flush_timer.timeout.connect(self._flush)
@@ -381,6 +384,7 @@ class MainWindow(QMainWindow):
             self.theme_actions[name] = action
 
         help_menu = menu.addMenu("&Help")
+        help_menu.setObjectName("help-menu")
         help_menu.addAction(
             self._action("Keyboard shortcuts", self.show_shortcuts, "Ctrl+/", "shortcuts")
         )
@@ -579,6 +583,7 @@ class MainWindow(QMainWindow):
         tab.set_compact(self._narrow)
         tab.titleChanged.connect(lambda t=tab: self._update_tab_title(t))
         self._tabs[conversation_id] = tab
+        self.server.set_open_conversations(self._tabs)
         self.tab_widget.addTab(tab, "")
         self._update_tab_title(tab)
         if open_in_session:  # bound to a sequence now, or when a model is loaded
@@ -672,6 +677,7 @@ class MainWindow(QMainWindow):
         self.session.close(tab.cid, save=True)
         self.worker.release(tab.cid)
         self._tabs.pop(tab.cid, None)
+        self.server.set_open_conversations(self._tabs)
         self.tab_widget.removeTab(index)
         empty = not tab.branch
         tab.deleteLater()
@@ -775,6 +781,7 @@ class MainWindow(QMainWindow):
             self.session.close(tab.cid, save=True)
             self.worker.release(tab.cid)
             self._tabs.pop(conversation_id, None)
+            self.server.set_open_conversations(self._tabs)
             self.tab_widget.removeTab(index)
             tab.deleteLater()
             self._update_stack()
