@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.engine.chat_template import ReasoningOptions
-from app.engine.errors import ContextFullError
+from app.engine.errors import ContextFullError, context_advice
 from app.engine.handles import Handles
 from app.engine.reasoning import ReasoningFormat, prompt_opens_reasoning
 from app.engine.sequence import Message, Sequence, common_prefix
@@ -99,9 +99,10 @@ class ChatFitter:
                 break
             dropped += 1
         if len(tokens) >= n_ctx_seq:
+            advice = context_advice(n_ctx_seq, model.n_ctx_train)
             raise ContextFullError(
-                f"The conversation needs {len(tokens):,} tokens but the context holds {n_ctx_seq:,}: "
-                "raise the context size in Settings or start a new conversation."
+                f"The conversation needs {len(tokens):,} tokens but the context holds "
+                f"{n_ctx_seq:,}: {advice}."
             )
         if head:
             n_keep = common_prefix(h.tokenize_chat(h.render_chat(head, False, reasoning)), tokens)

@@ -21,3 +21,19 @@ class StateError(EngineError):
 
 class ContextFullError(EngineError):
     """A sequence ran out of context and its policy says stop."""
+
+
+def context_advice(n_ctx_seq: int, n_ctx_train: int) -> str:
+    """What to do when a conversation does not fit ``n_ctx_seq`` tokens: a larger context
+    only helps below what the model was trained for (``n_ctx_train``; 0: unknown)."""
+    if n_ctx_train <= 0:
+        return "raise the context size, shorten the message, or start a new chat"
+    if n_ctx_seq < n_ctx_train:
+        return (
+            f"raise the context size (this model supports up to {n_ctx_train:,} "
+            "tokens), shorten the message, or start a new chat"
+        )
+    return (
+        "that is all this model can hold, so shorten the message (or the system prompt) "
+        "or start a new chat"
+    )

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 import llama_cpp
 
-from app.engine.errors import ContextFullError, EngineError
+from app.engine.errors import ContextFullError, EngineError, context_advice
 from app.engine.events import Completion
 from app.engine.handles import Handles
 from app.engine.sequence import Sequence, common_prefix
@@ -39,9 +39,10 @@ class PromptQueue:
             return self._set_encoder_input(seq, tokens)
         n_ctx_seq = self._h.n_ctx_seq
         if len(tokens) >= n_ctx_seq:
+            advice = context_advice(n_ctx_seq, self._h.need_model().n_ctx_train)
             raise ContextFullError(
                 f"The prompt is {len(tokens):,} tokens but the context holds {n_ctx_seq:,}: "
-                "shorten it or raise the context size."
+                f"{advice}."
             )
         kept = self._snapshots.truncate(seq, common_prefix(seq.tokens, tokens))
         seq.pending = tokens[kept:]

@@ -126,6 +126,10 @@ class Residency:
             return Fit.INCOMPATIBLE
         if len(state.tokens) >= ctx.n_ctx_seq:
             return Fit.TOO_LONG
+        idle_now = self._h.table.idle_resident_lru(exclude={seq.key}) if evict else []
+        if self.free_cells(seq) + self._cells_freed_by(idle_now, seq) < len(state.tokens):
+            # Busy tabs hold the room: parking every idle tab would not make enough.
+            return Fit.NO_ROOM
         while self.free_cells(seq) < len(state.tokens):
             # Restoring costs far less than re-processing: idle tabs leave first.
             idle = self._h.table.idle_resident_lru(exclude={seq.key}) if evict else []
@@ -149,6 +153,14 @@ class Residency:
             return Fit.FAILED
         seq.tokens = list(state.tokens)
         return Fit.RESTORED
+
+    def _cells_freed_by(self, leaving: list[Sequence], seq: Sequence) -> int:
+        """How many more cells ``seq`` may fill once ``leaving`` are evicted (in a split or
+        recurrent cache, others leaving frees none of its share)."""
+        ctx = self._h.need_ctx()
+        if self._h.traits.family is CacheFamily.RECURRENT or not ctx.settings.kv_unified:
+            return 0
+        return sum(len(s.tokens) for s in leaving if s.seq_id is not None)
 
     def free_cells(self, seq: Sequence) -> int:
         """Cells ``seq`` may fill: its own share in a split cache; in a unified one, what the

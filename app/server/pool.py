@@ -177,6 +177,12 @@ class ConversationPool:
             conv.open = False
             conv.tokens = ()
 
+    def is_busy(self, cid: int) -> bool:
+        """An API request is generating into this conversation right now."""
+        with self._lock:
+            conv = self._convs.get(cid)
+            return conv is not None and conv.busy
+
     def handed_over(self, cids: set[int]) -> None:
         """Window tabs opened or closed these conversations: their sequences are the
         tabs' (and a closing tab closes them), so an idle API entry reopens at its next

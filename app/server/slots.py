@@ -95,6 +95,18 @@ class SlotActions:
             restored = self._wait(self._session.restore_state_file(conv.cid, str(path)))
             ms = (time.perf_counter() - t0) * 1000
             tokens = self._tokens(conv)
+            if restored.outcome is RestoreOutcome.PARKED:
+                # Kept, and restored when the slot is next used (other requests hold the
+                # room now): a success that says so, not an error.
+                return {
+                    "id_slot": index,
+                    "filename": path.name,
+                    "n_restored": 0,
+                    "n_read": path.stat().st_size,
+                    "parked": True,
+                    "reason": restored.reason,
+                    "timings": {"restore_ms": round(ms, 3)},
+                }
             if restored.outcome is not RestoreOutcome.RESTORED:
                 raise bad_request(
                     f"The slot file {path.name!r} was not restored: "

@@ -67,7 +67,7 @@ class SequenceStatus:
     """The context meter and residency of a conversation's sequence.
 
     What the model sees: ``n_tokens`` held (and queued), plus ``n_reserved`` cells kept free
-    for the reply, out of ``n_ctx``; the meter is ``(n_tokens + n_reserved) / n_ctx``. The
+    for the reply, out of ``n_ctx`` (the window's meter shows both parts). The
     first ``n_dropped`` messages after the system prompt are no longer in the context (the
     window marks where the kept ones start).
     """
@@ -80,11 +80,6 @@ class SequenceStatus:
     generating: bool
     n_reserved: int = 0  # the reply's reserve (what is left of it while generating)
     n_dropped: int = 0  # leading messages after the system prompt left out of the context
-
-    @property
-    def n_used(self) -> int:
-        """What the meter counts: held tokens and the reply's reserve."""
-        return min(self.n_ctx, self.n_tokens + self.n_reserved) if self.n_ctx else self.n_tokens
 
 
 @dataclass(frozen=True)

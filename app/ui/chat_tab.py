@@ -24,7 +24,6 @@ from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
     QLabel,
-    QProgressBar,
     QPushButton,
     QSizePolicy,
     QToolButton,
@@ -34,6 +33,7 @@ from PySide6.QtWidgets import (
 from shiboken6 import isValid
 
 from app.engine import SamplingParams
+from app.engine.errors import context_advice
 from app.engine.reasoning import Channel
 from app.errors import LlamaDeskError
 from app.session import (
@@ -51,6 +51,7 @@ from app.settings_schema import CONVERSATION_FIELDS
 from app.storage import Conversation, Database, Message
 from app.ui.chat_view import ChatView, MessageData
 from app.ui.composer import Composer, ConversationSettings
+from app.ui.context_meter import ContextMeter
 from app.ui.field_editors import SpecComboBox, make_editor
 from app.ui.message_bar import MessageBar
 
@@ -86,6 +87,10 @@ class TabHost(Protocol):
     def tab_state_changed(self, tab: ChatTab) -> None: ...
 
     def context_policy(self) -> str: ...
+
+    def trained_context(self) -> int:
+        """The loaded model's training context (0: no model or unknown)."""
+        ...
 
     def reasoning_support(self) -> tuple[bool, bool]:
         """Whether the loaded model's template uses (the thinking toggle, the effort)."""
@@ -205,11 +210,8 @@ class ChatTab(QWidget):
         # status line: context meter, state, what happens when full, settings toggle
         status = QHBoxLayout()
         status.setContentsMargins(8, 2, 8, 2)
-        self.meter = QProgressBar()
+        self.meter = ContextMeter()
         self.meter.setObjectName("context-meter")
-        self.meter.setMaximumWidth(180)
-        self.meter.setMaximumHeight(14)
-        self.meter.setTextVisible(False)
         self.meter_label = QLabel()
         self.meter_label.setObjectName("context-label")
         self.state_label = QLabel("idle")
@@ -413,10 +415,11 @@ class ChatTab(QWidget):
         room = n_ctx - reserve
         too_long = bool(n_ctx) and result > room
         if too_long:
+            advice = context_advice(n_ctx, self.host.trained_context())
             text = (
                 f"This message is {result:,} tokens: more than the context can take "
-                f"({room:,} of its {n_ctx:,} tokens, the rest kept for the reply). "
-                "Shorten it, or raise the context size in Settings."
+                f"({room:,} of its {n_ctx:,} tokens, the rest kept for the reply): "
+                f"{advice[0].upper()}{advice[1:]}."
             )
         else:
             text = f"This message is {result:,} tokens."
@@ -607,6 +610,7 @@ class ChatTab(QWidget):
 
     def _generate(self, parent_id: int) -> None:
         self.save_settings()
+        self.notice.dismiss()  # a notice of an earlier turn (its "Try again") is old news
         try:
             reply = self.db.begin_reply(self.cid, parent_id, model_path=self.host.model_path())
             self.branch = self.db.get_thread(self.cid, reply.id)
@@ -815,8 +819,17 @@ class ChatTab(QWidget):
             meta["ttft_ms"] = round(self._first_token_ms, 1)
         if error:
             meta["error"] = error
-        if status == "error":
-            self._report_error(error or "The reply failed.", result)
+        if reason is FinishReason.CONTEXT_FULL and not error:
+            # "Stop the reply" when full: say why it stopped, and what would go on
+            error = (
+                "The context is full, so the reply stopped here. Start a new chat, fork from "
+                "an earlier message, or set “When the context is full” to drop the oldest "
+                "messages in Conversation settings."
+            )
+            meta["error"] = error
+        if error or status == "error":
+            # Said once, in this tab (also a full context that stopped the reply).
+            self._report_error(error or "The reply failed.", failed=status == "error")
             if not text and not reasoning:
                 # Nothing was written: an error is not an assistant message.
                 self._drop_failed_reply()
@@ -832,10 +845,14 @@ class ChatTab(QWidget):
             reasoning_ms=reasoning_ms if reasoning else None,
         )
 
-    def _report_error(self, message: str, result: TurnResult) -> None:
+    def _report_error(self, message: str, failed: bool = True) -> None:
+        """``failed``: the turn failed (else the reply stopped early, e.g. a full context
+        with "Stop the reply": a notice, not an error)."""
         parent = self._reply_parent()
-        retry = ("Try again", lambda: self._retry(parent)) if parent is not None else None
-        self.notify(message, True, retry)
+        retry = (
+            ("Try again", lambda: self._retry(parent)) if parent is not None and failed else None
+        )
+        self.notify(message, failed or not self._parts, retry)
 
     def _reply_parent(self) -> int | None:
         if self.reply_id is None:
@@ -988,9 +1005,13 @@ class ChatTab(QWidget):
         if n_ctx:
             # What the model sees: the held tokens and the room kept for the reply.
             used = min(n_ctx, n + reserved)
-            self.meter.setRange(0, n_ctx)
-            self.meter.setValue(used)
-            text = f"{used:,}/{n_ctx:,}" if self._compact else f"{used:,} / {n_ctx:,} tokens"
+            self.meter.set_figures(n, reserved, n_ctx)
+            if self._compact:
+                text = f"{used:,}/{n_ctx:,}"
+            elif reserved:
+                text = f"{n:,} / {n_ctx:,} tokens · {reserved:,} kept for the reply"
+            else:
+                text = f"{n:,} / {n_ctx:,} tokens"
             self.meter_label.setText(text)
             tip = f"{n:,} tokens of this conversation are in the context of {n_ctx:,}"
             if reserved:
@@ -1004,8 +1025,7 @@ class ChatTab(QWidget):
             self.meter.setToolTip(tip + ".")
             self.meter_label.setToolTip(tip + ".")
         else:
-            self.meter.setRange(0, 1)
-            self.meter.setValue(0)
+            self.meter.set_figures(0, 0, 0)
             self.meter_label.setText("no model")
         text = self.state_text()
         self.state_label.setText(text)

@@ -502,6 +502,9 @@ class MainWindow(QMainWindow):
     def show_message(self, text: str, error: bool = True) -> None:
         self.message_bar.show_message(text, error, timeout_ms=0 if error else 8000)
 
+    def trained_context(self) -> int:
+        return self.model.info.n_ctx_train if self.model is not None else 0
+
     def context_policy(self) -> str:
         """What a full context does in tabs that have not chosen (the engine's default)."""
         return self.app_settings.context_full_policy
@@ -572,6 +575,13 @@ class MainWindow(QMainWindow):
     def _add_tab(
         self, conversation_id: int, leaf_id: int | None, open_in_session: bool = True
     ) -> ChatTab | None:
+        if self.server.api_busy(conversation_id):
+            self.show_message(
+                "An API client is being answered in this conversation: open it when that "
+                "request has finished (the Server panel's log shows it).",
+                error=False,
+            )
+            return None
         try:
             conversation = self.db.get_conversation(conversation_id)
         except LlamaDeskError as exc:
@@ -815,8 +825,8 @@ class MainWindow(QMainWindow):
                 self.show_message(str(exc))
                 return
         self.sidebar.refresh()
-        for conversation_id in conversation_ids:
-            self.open_conversation(conversation_id)
+        if len(conversation_ids) == 1:  # a selection comes back to the list, not as tabs
+            self.open_conversation(conversation_ids[0])
 
     def set_theme(self, theme: str) -> None:
         """System, light or dark: applied at once and remembered."""
@@ -1534,6 +1544,7 @@ class MainWindow(QMainWindow):
         self.app_settings.window_state = base64.b64encode(bytes(self.saveState().data())).decode()
         self._save_settings()
         self._shutdown_started = time.monotonic()
+        self.server.stop()  # no request reaches a session that is shutting down
         self.worker.shutdown()
         QTimer.singleShot(SHUTDOWN_TIMEOUT_MS, self._on_shutdown_done)
 

@@ -138,6 +138,12 @@ class ServerController(QObject):
         if changed and running is not None:
             running.service.pool.handed_over(set(changed))
 
+    def api_busy(self, conversation_id: int) -> bool:
+        """An API request is answering in this conversation now (a tab must not open it
+        meanwhile: both would write into one sequence)."""
+        running = self._running
+        return running is not None and running.service.pool.is_busy(conversation_id)
+
     def _in_use(self, conversation_id: int) -> bool:  # on request threads
         return conversation_id in self._open
 

@@ -740,11 +740,6 @@ class Sidebar(QWidget):
         for cid in self.selected_ids():
             self.deleteRequested.emit(cid)
 
-    def export_selected(self, fmt: ExportFormat) -> None:
-        ids = self.selected_ids()
-        if ids:
-            self.transfers.export(ids, fmt)
-
     @Slot(QModelIndex)
     def _clicked(self, index: QModelIndex) -> None:
         extend = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier

@@ -53,10 +53,16 @@ def test_short_replies_beside_a_long_one_get_the_same_rate(
     """The issue's case: one-line replies in one tab while the other writes a long one."""
     s, rec = session
     shorts: list[TurnResult] = []
+    sampled: dict[int, list[tuple[float, int]]] = {1: [], 2: []}  # (when, tokens) per step
+    short_spans: list[tuple[int, int]] = []  # each short reply's slice of sampled[1]
 
-    def next_short(event: ev.ConversationEvent) -> None:
+    def on_event(event: ev.ConversationEvent) -> None:
         # Runs on the session thread: the next short reply is queued at once.
-        if isinstance(event, ev.TurnFinished):
+        if isinstance(event, ev.TextStreamed):
+            sampled[event.conversation_id].append((event.sampled_at, event.n_tokens))
+        elif isinstance(event, ev.TurnFinished) and event.conversation_id == 1:
+            start = short_spans[-1][1] if short_spans else 0
+            short_spans.append((start, len(sampled[1])))
             shorts.append(event.result)
             if len(shorts) < 3:
                 s.submit(1, [ChatMessage("user", f"one line {len(shorts)}")], sampling=_endless(16))
@@ -65,7 +71,8 @@ def test_short_replies_beside_a_long_one_get_the_same_rate(
 
     rec.follow(1)
     rec.follow(2)
-    s.subscribe(1, next_short)
+    s.subscribe(1, on_event)
+    s.subscribe(2, on_event)
     with s.batch():  # both start in the same step
         s.submit(1, [ChatMessage("user", "one line 0")], sampling=_endless(16))
         s.submit(2, [ChatMessage("user", "now a long story")], sampling=_endless(1000))
@@ -73,12 +80,17 @@ def test_short_replies_beside_a_long_one_get_the_same_rate(
     rec.wait(lambda: len(shorts) == 3)
     assert all(r.n_tokens == 16 and r.n_sampled == 16 and r.stream_ms > 0 for r in shorts)
     assert long.n_tokens >= 3 * 15  # it wrote all along
-    for short in shorts:
+    for short, (lo, hi) in zip(shorts, short_spans, strict=True):
         # The rate counts from the first token on: neither the prompt nor the wait before
         # the first token (``prompt_ms``) lowers a short reply's figure.
         assert short.tokens_per_second == pytest.approx(15 / (short.stream_ms / 1000.0))
-        ratio = short.tokens_per_second / long.tokens_per_second
-        assert 0.8 <= ratio <= 1.2, (short.tokens_per_second, long.tokens_per_second)
+        # While both write, the long reply gets its tokens at the short one's rate: one a
+        # step each (the steps that read the next short prompt are outside this window).
+        first, last = sampled[1][lo][0], sampled[1][hi - 1][0]
+        beside = [n for t, n in sampled[2] if first <= t <= last]
+        long_rate = (sum(beside) - beside[0]) / (last - first)
+        ratio = short.tokens_per_second / long_rate
+        assert 0.8 <= ratio <= 1.2, (short.tokens_per_second, long_rate)
 
 
 def test_a_long_prompt_is_interleaved_with_the_other_conversations_tokens(

@@ -377,3 +377,55 @@ def test_the_log_takes_records_from_other_threads_and_stays_bounded(
     later = ServerPanel(controller, window)
     assert later.rows() == rows
     later.deleteLater()
+
+
+def test_a_conversation_answering_an_api_client_does_not_open_in_a_tab(
+    qtbot: Any, make_window: Any, worker: Any
+) -> None:
+    window, _ = make_window()
+    controller = started(qtbot, window)
+    client = make_client(controller)
+    history: list[Any] = [{"role": "user", "content": "hello"}]
+    named = {"conversation": "busy"}
+    result(
+        qtbot,
+        worker(
+            lambda: client.chat.completions.create(
+                model="tiny", messages=history, max_tokens=2, extra_body=named
+            )
+        ),
+    )
+    cid = api_conversation_id(window, "busy")
+    first, release = threading.Event(), threading.Event()
+
+    def stream() -> int:
+        n = 0
+        chunks = client.chat.completions.create(
+            model="tiny",
+            messages=history,
+            max_tokens=1500,
+            stream=True,
+            extra_body={**named, "grammar": ENDLESS_GRAMMAR},
+        )
+        with chunks:
+            for chunk in chunks:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    n += 1
+                    first.set()
+                if release.is_set():
+                    break  # the client goes away: its slot is freed
+        return n
+
+    future = worker(stream)
+    qtbot.waitUntil(lambda: first.is_set() or future.done(), timeout=20000)
+    assert first.is_set(), future.result()
+    window.open_conversation(cid)
+    assert window.tab_for(cid) is None  # refused while the API writes into it
+    assert "API client" in window.message_bar.text()
+    release.set()
+    assert result(qtbot, future) > 1
+    qtbot.waitUntil(lambda: not controller.api_busy(cid), timeout=10000)
+    window.open_conversation(cid)  # idle again: the tab takes it over
+    tab = window.tab_for(cid)
+    assert tab is not None and [m.role for m in tab.branch][:1] == ["user"]
+    stop(qtbot, window, controller)

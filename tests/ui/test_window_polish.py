@@ -352,5 +352,144 @@ def test_deleting_a_selection_is_one_undo(qtbot: Any, make_window: Any) -> None:
     assert window.message_bar.text() == "Deleted 2 conversations."
     assert all(window.tab_for(cid) is None for cid in chosen)
     window.message_bar.action_button.click()
-    assert all(window.tab_for(cid) is not None for cid in chosen)
     assert sorted(window.db.get_conversation(cid).id for cid in chosen) == sorted(chosen)
+    qtbot.waitUntil(lambda: set(chosen) <= {r.conversation_id for r in sidebar.model.rows})
+
+
+def test_the_meter_counts_the_reply_reserve(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    tab = window.new_tab()
+    assert tab is not None
+    set_sampling(tab, max_tokens=100)
+    send(qtbot, tab, "hello there")
+    wait_idle(qtbot, tab)
+    qtbot.waitUntil(lambda: tab.info.get("n_reserved") == 100, timeout=5000)
+    n, n_ctx = int(tab.info["n_tokens"]), int(tab.info["n_ctx"])
+    assert n > 0 and tab.meter.value() == n + 100 and tab.meter.held() == n
+    assert tab.meter_label.text() == f"{n:,} / {n_ctx:,} tokens · 100 kept for the reply"
+    assert "100 are kept free for the reply" in tab.meter.toolTip()
+
+
+def test_old_messages_out_of_the_context_are_marked(qtbot: Any, make_window: Any) -> None:
+    # one tab of 512 tokens, 128 of them kept for the reply: a few long turns overflow
+    window, _ = make_window(context={"n_ctx": 512, "n_seq_max": 1})
+    tab = window.new_tab()
+    assert tab is not None
+    set_sampling(tab, max_tokens=4)
+    assert tab.view.divider().isHidden()
+    for i in range(6):
+        send(qtbot, tab, f"turn {i}: " + " ".join(f"w{i}x{j}" for j in range(40)))
+        wait_idle(qtbot, tab)
+    qtbot.waitUntil(lambda: int(tab.info.get("n_dropped", 0)) > 0, timeout=5000)
+    start = tab.context_start()
+    assert start is not None and tab.view.context_start_id() == start
+    divider = tab.view.divider()
+    assert divider.isVisible() and "no longer seen by the model" in divider.text()
+    # the divider stands right above the first message the model still sees
+    widget = tab.view.widget_for(start)
+    assert widget is not None and divider.geometry().bottom() <= widget.geometry().top()
+    assert n_dropped_messages(tab) == int(tab.info["n_dropped"])
+
+
+def n_dropped_messages(tab: Any) -> int:
+    ids = [w.data.id for w in tab.view.messages()]
+    return ids.index(tab.context_start())
+
+
+@pytest.mark.parametrize("trained_for_more", [False, True])
+def test_a_message_too_long_says_what_can_be_done(
+    qtbot: Any, make_window: Any, slow_model: Path, trained_for_more: bool
+) -> None:
+    # the context is 2,048 tokens; the slow model was trained for 4,096, the tiny one 2,048
+    window, _ = make_window(model=slow_model) if trained_for_more else make_window()
+    tab = window.new_tab()
+    assert tab is not None
+    send(qtbot, tab, " ".join(f"word{i}" for i in range(1200)))
+    result = wait_idle(qtbot, tab)
+    assert result.error is not None and tab.notice.text() == result.error
+    if trained_for_more:  # a larger context would hold it
+        assert "raise the context size (this model supports up to 4,096" in result.error
+    else:  # it would not: no advice that cannot be followed
+        assert "raise" not in result.error and "all this model can hold" in result.error
+
+
+def test_the_tab_says_how_its_cache_came_back(qtbot: Any, make_window: Any) -> None:
+    from app.session import RestoreOutcome
+    from app.session import events as ev
+
+    window, _ = make_window()
+    tab = window.new_tab()
+    assert tab is not None
+    tab.on_event(ev.CacheRestored(tab.cid, RestoreOutcome.PARKED, "2 tabs are writing"))
+    assert tab.state_label.text() == "idle · cache waiting for room (restored when you send)"
+    assert "2 tabs are writing" in tab.state_label.toolTip()
+    tab.on_event(ev.CacheRestored(tab.cid, RestoreOutcome.RESTORED))
+    assert tab.state_label.text() == "idle · cache restored from disk"
+    tab.on_event(ev.CacheRestored(tab.cid, RestoreOutcome.REREAD, "another model"))
+    assert tab.state_label.text() == "idle · cache re-processed: another model"
+
+
+def test_two_tabs_writing_together_get_the_same_rate(
+    qtbot: Any, make_window: Any, slow_model: Path
+) -> None:
+    window, _ = make_window(model=slow_model)
+    long_tab, short_tab = window.new_tab(), window.new_tab()
+    assert long_tab is not None and short_tab is not None
+    set_sampling(long_tab, grammar=ENDLESS_GRAMMAR, max_tokens=160, temperature=0.8, seed=3)
+    set_sampling(short_tab, grammar=ENDLESS_GRAMMAR, max_tokens=24, temperature=0.8, seed=5)
+    send(qtbot, long_tab, "write a long one")
+    qtbot.waitUntil(lambda: bool(long_tab.reply_text()), timeout=10000)
+    send(qtbot, short_tab, "a short one")
+    short = wait_idle(qtbot, short_tab)
+    assert long_tab.generating  # the short reply was written entirely beside the long one
+    long = wait_idle(qtbot, long_tab)
+    assert short.n_tokens == 24 and long.n_tokens == 160
+    ratio = short.tokens_per_second / long.tokens_per_second
+    assert 0.8 <= ratio <= 1.25, (short.tokens_per_second, long.tokens_per_second)
+
+
+def test_a_reply_stopped_by_a_full_context_is_said_in_the_tab(qtbot: Any, make_window: Any) -> None:
+    from app.session import ContextFullPolicy
+
+    # one 256-token tab, "Stop the reply" when full, a reply that would not end
+    window, _ = make_window(context={"n_ctx": 256, "n_seq_max": 1})
+    tab = window.new_tab()
+    assert tab is not None
+    set_sampling(tab, grammar=ENDLESS_GRAMMAR, max_tokens=100000, temperature=0.8, seed=3)
+    tab.policy.setCurrentIndex(tab.policy.findData(ContextFullPolicy.STOP.value))
+    tab.policy.activated.emit(tab.policy.currentIndex())
+    send(qtbot, tab, "go on and on")
+    result = wait_idle(qtbot, tab)
+    assert result.finish_reason.value == "context_full"
+    assert "The context is full, so the reply stopped here" in tab.notice.text()  # not silent
+    assert not tab.notice.error  # a notice: nothing failed
+    reply = window.db.get_thread(tab.cid)[-1]
+    assert reply.role == "assistant" and reply.content  # what it wrote is kept
+
+
+def test_an_old_error_notice_goes_when_the_next_turn_starts(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    tab = window.new_tab()
+    assert tab is not None
+    send(qtbot, tab, " ".join(f"word{i}" for i in range(1200)))
+    wait_idle(qtbot, tab)
+    assert tab.notice.text()
+    set_sampling(tab, max_tokens=2)
+    send(qtbot, tab, "hello")
+    wait_idle(qtbot, tab)
+    assert tab.notice.text() == ""  # its "Try again" would answer an old message
+
+
+def test_the_meter_moves_while_a_reply_streams(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    tab = window.new_tab()
+    assert tab is not None
+    set_sampling(tab, grammar=ENDLESS_GRAMMAR, max_tokens=1500, temperature=0.8, seed=3)
+    send(qtbot, tab, "go on")
+    qtbot.waitUntil(lambda: tab.generating and tab.meter.held() > 0, timeout=10000)
+    first = tab.meter.held()
+    qtbot.waitUntil(lambda: tab.meter.held() > first + 50 or not tab.generating, timeout=10000)
+    assert tab.meter.held() > first  # the held part grows as the reply is written
+    assert tab.meter.value() <= tab.meter.maximum()
+    tab.stop()
+    wait_idle(qtbot, tab)
