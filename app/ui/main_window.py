@@ -229,9 +229,11 @@ class MainWindow(QMainWindow):
         rlayout = QVBoxLayout(right)
         rlayout.setContentsMargins(0, 0, 0, 0)
         rlayout.setSpacing(0)
-        rlayout.addWidget(self.message_bar)
         rlayout.addWidget(self._build_no_model_banner())
         rlayout.addWidget(self.stack, 1)
+        # Window-wide notices (a model that failed to load, Undo of a delete) come below the
+        # chats: showing or hiding one never moves the tab bar under the pointer.
+        rlayout.addWidget(self.message_bar)
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(self.sidebar)

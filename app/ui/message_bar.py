@@ -1,4 +1,5 @@
-"""A dismissible bar at the top of the window for errors, notices and Undo."""
+"""A dismissible bar for errors, notices and Undo (the window's, below the chats, and
+each tab's own)."""
 
 from __future__ import annotations
 

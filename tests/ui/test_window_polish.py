@@ -493,3 +493,15 @@ def test_the_meter_moves_while_a_reply_streams(qtbot: Any, make_window: Any) -> 
     assert tab.meter.value() <= tab.meter.maximum()
     tab.stop()
     wait_idle(qtbot, tab)
+
+
+def test_a_window_notice_does_not_move_the_tab_bar(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    window.new_tab()
+    bar = window.tab_widget.tabBar()
+    top = bar.mapTo(window, QPoint(0, 0)).y()
+    window.show_message("Something about the whole window.")
+    qtbot.waitUntil(window.message_bar.isVisible, timeout=3000)
+    qtbot.wait(50)
+    assert bar.mapTo(window, QPoint(0, 0)).y() == top
+    assert window.message_bar.mapTo(window, QPoint(0, 0)).y() > top
