@@ -30,6 +30,17 @@ def query_terms(words: list[str]) -> list[str]:
     return [fold(m.group()) for word in words for m in _TOKEN.finditer(word)]
 
 
+def has_all_terms(text: str, terms: list[str], prefix: bool) -> bool:
+    """Whether ``text`` holds every query term as a token (the last one as a token's start
+    with ``prefix``), as the full-text index would match it."""
+    if not terms:
+        return False
+    exact = set(terms if not prefix else terms[:-1])
+    last = terms[-1] if prefix else None
+    found = {_term(fold(m.group()), exact, last) for m in _TOKEN.finditer(text)}
+    return set(terms) <= found
+
+
 def _term(folded: str, exact: set[str], last: str | None) -> str | None:
     if folded in exact:
         return folded

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from app.storage._core import DatabaseCore
-from app.storage._snippet import make_snippet, query_terms
+from app.storage._snippet import has_all_terms, make_snippet, query_terms
 from app.storage.errors import NotFoundError
 from app.storage.models import (
     DEFAULT_TITLE,
@@ -991,7 +991,7 @@ class ConversationsMixin(DatabaseCore):
         words = _query_words(text)
         terms = query_terms(words)
         prefix = _prefix_last(words)
-        return [
+        found = [
             ConversationMatch(
                 SearchHit(
                     conversation_id=int(row["conversation_id"]),
@@ -1006,3 +1006,48 @@ class ConversationsMixin(DatabaseCore):
             )
             for row in rows
         ]
+        # A chat is also found by its title (a renamed one above all): those come first.
+        titled = self._title_matches(terms, prefix, include_archived, limit)
+        by_title = {m.hit.conversation_id: m for m in found if m.hit.conversation_id in titled}
+        for cid in titled:
+            if cid not in by_title:
+                hit = self._first_message_hit(cid, terms, prefix, marks)
+                if hit is not None:
+                    by_title[cid] = ConversationMatch(hit, 0)
+        first = [by_title[cid] for cid in titled if cid in by_title]
+        rest = [m for m in found if m.hit.conversation_id not in by_title]
+        return (first + rest)[:limit]
+
+    def _title_matches(
+        self, terms: list[str], prefix: bool, include_archived: bool, limit: int
+    ) -> list[int]:
+        """Conversations whose title holds every query term, most recently updated first."""
+        archived = "" if include_archived else " AND archived = 0"
+        rows = self._all(
+            "SELECT id, title FROM conversations WHERE deleted_at IS NULL"
+            f" AND title_source != 'default'{archived} ORDER BY updated_at DESC",
+            (),
+        )
+        matched = [int(r["id"]) for r in rows if has_all_terms(r["title"] or "", terms, prefix)]
+        return matched[:limit]
+
+    def _first_message_hit(
+        self, conversation_id: int, terms: list[str], prefix: bool, marks: tuple[str, str]
+    ) -> SearchHit | None:
+        row = self._maybe_one(
+            "SELECT m.id, m.role, m.created_at, m.content, c.title FROM messages m"
+            " JOIN conversations c ON c.id = m.conversation_id"
+            " WHERE m.conversation_id = ? ORDER BY m.id LIMIT 1",
+            (conversation_id,),
+        )
+        if row is None:
+            return None  # an empty chat is not listed
+        return SearchHit(
+            conversation_id=conversation_id,
+            message_id=int(row["id"]),
+            title=row["title"] or DEFAULT_TITLE,
+            role=cast(Role, row["role"]),
+            snippet=make_snippet(row["content"], terms, prefix, marks),
+            rank=0.0,
+            created_at=float(row["created_at"]),
+        )

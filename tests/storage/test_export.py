@@ -433,3 +433,31 @@ def test_round_trip_of_conversations_built_through_the_api(
     for cid in (c.id, copy_id):
         db.delete_conversation(cid)
     db.purge_deleted()
+
+
+def test_search_conversations_finds_a_chat_by_its_title(db: Database) -> None:
+    named = db.create_conversation()
+    db.add_message(named.id, "user", "what do they eat?")
+    db.rename(named.id, "Alpacas of Perú")
+    other = db.create_conversation()
+    ask = db.add_message(other.id, "user", "tell me about camelids")  # its title, auto
+    db.add_message(other.id, "assistant", "alpacas are smaller than llamas", parent_id=ask.id)
+    both = db.create_conversation()
+    db.add_message(both.id, "user", "are alpacas shy?")
+    db.rename(both.id, "Shy alpacas")
+    empty = db.create_conversation()
+    db.rename(empty.id, "Alpacas, not yet written")  # nothing to open: not listed
+    gone = db.create_conversation()
+    db.add_message(gone.id, "user", "hi")
+    db.rename(gone.id, "Alpacas deleted")
+    db.delete_conversation(gone.id)
+    found = db.search_conversations("alpacas", marks=("<", ">"))
+    ids = [m.hit.conversation_id for m in found]
+    # title matches first (most recent first), each chat once, then message-only matches
+    assert ids == [both.id, named.id, other.id]
+    title_only = found[1]
+    assert title_only.matches == 0 and title_only.hit.message_id == db.get_thread(named.id)[0].id
+    assert found[0].matches == 1 and "<alpacas>" in found[0].hit.snippet
+    # accents and case fold as the index folds them; the last word is a prefix
+    assert [m.hit.conversation_id for m in db.search_conversations("peru alp")] == [named.id]
+    assert db.search_conversations("alpacas", limit=1)[0].hit.conversation_id == both.id
