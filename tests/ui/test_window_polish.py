@@ -444,7 +444,7 @@ def test_two_tabs_writing_together_get_the_same_rate(
     short = wait_idle(qtbot, short_tab)
     long_tab.stop()
     long = wait_idle(qtbot, long_tab)
-    assert short.n_tokens == 200 and 200 <= long.n_tokens < 3000
+    assert short.n_tokens == 200 and 150 <= long.n_tokens < 3000  # it wrote alongside
     ratio = short.tokens_per_second / long.tokens_per_second
     assert 0.8 <= ratio <= 1.25, (short.tokens_per_second, long.tokens_per_second)
 

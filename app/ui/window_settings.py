@@ -1,0 +1,235 @@
+"""The main window's settings: the context-settings panel (its presets, "Stop all and
+apply"), the preferences dialog, the theme, and saving the app settings."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QTimer
+
+from app.engine import ContextSettings, ModelInfo
+from app.errors import LlamaDeskError
+from app.session import LoadedModel
+from app.storage import save_settings
+from app.ui.theme import THEMES, apply_theme, current_theme
+
+if TYPE_CHECKING:
+    from app.ui.main_window import MainWindow
+    from app.ui.preferences import PreferencesDialog
+    from app.ui.settings_panel import SettingsPanel
+
+
+class WindowSettings:
+    """The settings dialogs of ``win`` and what applying them changes."""
+
+    def __init__(self, win: MainWindow) -> None:
+        self.win = win
+        self.panel: SettingsPanel | None = None
+        self.preferences: PreferencesDialog | None = None
+        self._pending_settings: ContextSettings | None = None
+        self._pending_deadline = 0.0
+
+    def save_settings(self) -> None:
+        try:
+            save_settings(self.win.app_settings)
+        except LlamaDeskError as exc:
+            self.win.show_message(str(exc))
+
+    # ---------------------------------------------------------------- context settings
+
+    def current_context_settings(self) -> ContextSettings:
+        win = self.win
+        if win.model is not None:
+            return win.model.settings
+        return ContextSettings.from_dict(win.app_settings.context)
+
+    def model_info(self) -> ModelInfo | None:
+        return self.win.model.info if self.win.model is not None else None
+
+    def presets(self) -> dict[str, dict[str, Any]]:
+        win = self.win
+        path = win.model_path()
+        if path is None:
+            return {}
+        try:
+            return {p.name: dict(p.settings) for p in win.db.get_presets(path)}
+        except LlamaDeskError as exc:
+            win.show_message(str(exc))
+            return {}
+
+    def open_settings(self) -> None:
+        win = self.win
+        if self.panel is not None:
+            self.panel.show()
+            self.panel.raise_()
+            self.panel.activateWindow()
+            return
+        try:
+            from app.ui.settings_panel import SettingsPanel
+        except ImportError as exc:
+            win.show_message(f"The settings panel is not available ({exc}).")
+            return
+        panel = SettingsPanel(
+            self.current_context_settings(),
+            self.model_info(),
+            self.presets(),
+            win,
+            loaded=win.model,
+        )
+        panel.set_generating(win.any_generating())
+        panel.applyRequested.connect(self.apply_settings)
+        panel.presetSaveRequested.connect(self.save_preset)
+        panel.presetDeleteRequested.connect(self.delete_preset)
+        panel.finished.connect(self.settings_closed)
+        self.panel = panel
+        panel.open()
+
+    def settings_closed(self, _result: int) -> None:
+        panel, self.panel = self.panel, None
+        if panel is not None:
+            panel.deleteLater()
+
+    def apply_settings(self, settings: object) -> None:
+        win = self.win
+        if not isinstance(settings, ContextSettings):
+            return
+        panel = self.panel
+        if win.model is None:
+            win.app_settings.context = settings.to_dict()
+            self.save_settings()
+            if panel is not None:
+                panel.set_applying(False)
+                panel.set_settings(settings)
+            return
+        if self.current_context_settings().needs_rebuild(settings) and win.any_generating():
+            # "Stop all and apply": the engine rebuilds no context while replies are being
+            # written; stop them (their text so far is kept) and apply once all have ended.
+            if panel is not None:
+                panel.set_applying(True, "Stopping the replies, then rebuilding the context…")
+            self._pending_settings = settings
+            self._pending_deadline = time.monotonic() + 10.0
+            win.session.stop(None)
+            QTimer.singleShot(50, self.win, self.apply_when_idle)
+            return
+        if panel is not None:
+            panel.set_applying(True, "Saving the tabs' caches and rebuilding the context…")
+        win.session.reconfigure(settings)
+
+    def apply_when_idle(self) -> None:
+        settings = self._pending_settings
+        if settings is None:
+            return
+        if self.win.any_generating():
+            if time.monotonic() < self._pending_deadline:
+                QTimer.singleShot(50, self.win, self.apply_when_idle)
+                return
+            self._pending_settings = None
+            if self.panel is not None:
+                self.panel.show_failed("The replies did not stop within 10 seconds.")
+            return
+        self._pending_settings = None
+        if self.panel is not None:
+            self.panel.set_applying(True, "Saving the tabs' caches and rebuilding the context…")
+        self.win.session.reconfigure(settings)
+
+    def on_reconfigured(self, model: LoadedModel) -> None:
+        win = self.win
+        win.model = model
+        win.app_settings.context = model.settings.to_dict()
+        self.save_settings()
+        win.status_ui.update_model_labels()
+        panel = self.panel
+        if panel is not None:
+            panel.show_applied(model)
+        win.statusBar().showMessage("Context settings applied; every tab was kept.", 5000)
+
+    def on_reconfigure_failed(self, message: str) -> None:
+        panel = self.panel
+        if panel is not None:
+            panel.show_failed(message)
+        else:
+            self.win.show_message(message)
+
+    def save_preset(self, name: str, settings: dict[str, Any]) -> None:
+        path = self.win.model_path()
+        if path is None:
+            if self.panel is not None:
+                self.panel.show_error("Load a model first: presets belong to a model.")
+            return
+        try:
+            self.win.db.save_preset(path, name, settings)
+        except LlamaDeskError as exc:
+            if self.panel is not None:
+                self.panel.show_error(str(exc))
+            return
+        if self.panel is not None:
+            self.panel.set_presets(self.presets())
+
+    def delete_preset(self, name: str) -> None:
+        path = self.win.model_path()
+        if path is None:
+            return
+        try:
+            self.win.db.delete_preset(path, name)
+        except LlamaDeskError as exc:
+            self.win.show_message(str(exc))
+        if self.panel is not None:
+            self.panel.set_presets(self.presets())
+
+    # ---------------------------------------------------------------- preferences, theme
+
+    def open_preferences(self) -> PreferencesDialog:
+        if self.preferences is not None:
+            self.preferences.raise_()
+            self.preferences.activateWindow()
+            return self.preferences
+        from app.ui.preferences import open_preferences
+
+        win = self.win
+        dialog = open_preferences(
+            win, win.app_settings, self.apply_preferences, state_usage=win.store.total_bytes
+        )
+        dialog.finished.connect(self.on_preferences_closed)
+        self.preferences = dialog
+        return dialog
+
+    def on_preferences_closed(self, _result: int) -> None:
+        self.preferences = None
+
+    def apply_preferences(self, change: object) -> None:
+        """The dialog wrote ``app_settings`` and saved it; what the window shows follows.
+        (Restoring tabs and the defaults of new chats are read when used; the Hub endpoint
+        and token at each request.)"""
+        from app.ui.preferences import PreferencesChange
+
+        if not isinstance(change, PreferencesChange):
+            return
+        win = self.win
+        new, changed = change.new, change.changed
+        if "theme" in changed:
+            win.theme_actions[new.theme].setChecked(True)
+            apply_theme(new.theme)
+        if "font_size" in changed:
+            for tab in win.tabs():
+                tab.set_font_size(new.font_size)
+        if "send_with_enter" in changed:
+            for tab in win.tabs():
+                tab.composer.set_enter_sends(new.send_with_enter)
+            win.tabs_ui.sync_send()
+        if "state_quota_bytes" in changed:
+            win.store.quota_bytes = new.state_quota_bytes  # applies at the next save
+
+    def set_theme(self, theme: str) -> None:
+        """System, light or dark: applied at once and remembered."""
+        if theme not in THEMES:
+            return
+        win = self.win
+        action = win.theme_actions.get(theme)
+        if action is not None and not action.isChecked():
+            action.setChecked(True)
+        if theme == win.app_settings.theme and theme == current_theme():
+            return
+        win.app_settings.theme = theme  # type: ignore[assignment]
+        apply_theme(theme)
+        self.save_settings()
