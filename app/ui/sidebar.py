@@ -4,521 +4,71 @@ highlighted, full-text search (one row per chat, jumping to the best match), ren
 the context menu), pin, delete (the Delete key too; the window offers Undo), multi-selection
 (Ctrl/Shift) for delete and export, and export/import (:mod:`app.ui.export_import`).
 
-Search runs on a background thread: on a 10,000-message database a common word takes
-~18 ms (benchmarks/bench_search.py, "sidebar_search"), more than a frame. Typing is
-debounced, and the result of a search that is no longer the latest is dropped.
+Its parts: the rows, date groups and Qt model in :mod:`app.ui.sidebar_model`, the painting
+(headers, pin, accent, snippets) in :mod:`app.ui.sidebar_paint`, the list view in
+:mod:`app.ui.sidebar_view`, the background search in :mod:`app.ui.sidebar_search`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
-import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
 from PySide6.QtCore import (
-    QAbstractListModel,
     QItemSelection,
     QItemSelectionModel,
     QModelIndex,
-    QObject,
-    QPersistentModelIndex,
     QPoint,
-    QPointF,
-    QRect,
-    QSize,
     Qt,
     QTimer,
     Signal,
     Slot,
 )
-from PySide6.QtGui import (
-    QColor,
-    QFont,
-    QFontMetrics,
-    QIcon,
-    QKeyEvent,
-    QMouseEvent,
-    QPainter,
-    QPainterPath,
-    QPalette,
-    QPen,
-    QPixmap,
-)
-from PySide6.QtWidgets import (
-    QAbstractItemView,
-    QApplication,
-    QLabel,
-    QLineEdit,
-    QListView,
-    QMenu,
-    QStyle,
-    QStyledItemDelegate,
-    QStyleOptionViewItem,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QAbstractItemView, QLabel, QLineEdit, QMenu, QVBoxLayout, QWidget
 
 from app.errors import LlamaDeskError
 from app.session.jobs import JobThread
 from app.storage import Database
 from app.storage.export import ExportFormat
 from app.ui.export_import import ConversationTransfers, TransferOutcome
+from app.ui.sidebar_model import (
+    PINNED,
+    PREVIOUS_7,
+    PREVIOUS_30,
+    TODAY,
+    YESTERDAY,
+    ConversationListModel,
+    CurrentRole,
+    IdRole,
+    MessageIdRole,
+    PinnedRole,
+    Row,
+    age,
+    date_group,
+    split_marks,
+    with_headers,
+)
+from app.ui.sidebar_paint import RowDelegate, pin_icon
+from app.ui.sidebar_search import SearchBridge, Searcher, SearchResult
+from app.ui.sidebar_view import ConversationView
 from app.ui.theme import colors
 
-log = logging.getLogger(__name__)
+# The Sidebar, and the names the tests have always imported from here.
+__all__ = [
+    "PINNED",
+    "PREVIOUS_7",
+    "PREVIOUS_30",
+    "TODAY",
+    "YESTERDAY",
+    "CurrentRole",
+    "Sidebar",
+    "date_group",
+    "split_marks",
+]
 
-IdRole = Qt.ItemDataRole.UserRole + 1
-PinnedRole = Qt.ItemDataRole.UserRole + 2
-MessageIdRole = Qt.ItemDataRole.UserRole + 3
-SubtitleRole = Qt.ItemDataRole.UserRole + 4
-HeaderRole = Qt.ItemDataRole.UserRole + 5  # the date group this row starts, or None
-CurrentRole = Qt.ItemDataRole.UserRole + 6  # the chat of the current tab
-DetailRole = Qt.ItemDataRole.UserRole + 7  # right of the title, e.g. "3 matches"
-
-_Index = QModelIndex | QPersistentModelIndex
-
-SEARCH_LIMIT = 50  # conversations listed for a search
-SEARCH_MARKS = ("«", "»")
 NOTICE_MS = 10_000  # how long a success notice (export/import) stays
-
-
-@dataclass(frozen=True)
-class Row:
-    """One conversation in the list (or one conversation found by a search)."""
-
-    conversation_id: int
-    title: str
-    subtitle: str
-    pinned: bool = False
-    message_id: int | None = None  # search: the best matching message
-    header: str | None = None  # the date group this row is the first of
-    detail: str = ""
-
-
-# -- date groups -------------------------------------------------------------------------
-
-PINNED = "Pinned"
-TODAY = "Today"
-YESTERDAY = "Yesterday"
-PREVIOUS_7 = "Previous 7 days"
-PREVIOUS_30 = "Previous 30 days"
-
-
-def date_group(ts: float, now: float) -> str:
-    """The group of a conversation last active at ``ts`` (local calendar days): Today,
-    Yesterday, Previous 7 days, Previous 30 days, else its month ("March 2026")."""
-    today = dt.date.fromtimestamp(now)
-    day = dt.date.fromtimestamp(ts)
-    days = (today - day).days
-    if days <= 0:  # a clock set back shows it as today rather than nowhere
-        return TODAY
-    if days == 1:
-        return YESTERDAY
-    if days < 7:
-        return PREVIOUS_7
-    if days < 30:
-        return PREVIOUS_30
-    return day.strftime("%B %Y")
-
-
-def age(ts: float, now: float) -> str:
-    delta = max(0.0, now - ts)
-    if delta < 60:
-        return "just now"
-    if delta < 3600:
-        return f"{int(delta // 60)} min ago"
-    if delta < 86400:
-        return f"{int(delta // 3600)} h ago"
-    return time.strftime("%Y-%m-%d", time.localtime(ts))
-
-
-def with_headers(rows: Sequence[Row], groups: Sequence[str]) -> list[Row]:
-    """The rows with ``header`` set on the first of each run of equal groups."""
-    out: list[Row] = []
-    previous: str | None = None
-    for row, group in zip(rows, groups, strict=True):
-        out.append(replace(row, header=group if group != previous else None))
-        previous = group
-    return out
-
-
-def split_marks(text: str) -> list[str]:
-    """``text`` split at SEARCH_MARKS: plain, match, plain, match... (no marks: [text])."""
-    start, end = SEARCH_MARKS
-    parts: list[str] = []
-    rest = text
-    while True:
-        i = rest.find(start)
-        j = rest.find(end, i + len(start)) if i >= 0 else -1
-        if i < 0 or j < 0:
-            parts.append(rest)
-            return parts
-        parts += [rest[:i], rest[i + len(start) : j]]
-        rest = rest[j + len(end) :]
-
-
-# -- the pin icon ------------------------------------------------------------------------
-
-
-def paint_pin(painter: QPainter, rect: QRect, color: QColor) -> None:
-    """A push pin (head, body, needle) leaning right, in ``color``: drawn, because the 📌
-    emoji is an empty box where the system has no colour emoji font."""
-    side = min(rect.width(), rect.height())
-    if side <= 0:
-        return
-    painter.save()
-    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-    painter.translate(rect.center().x() + 0.5, rect.center().y() + 0.5)
-    painter.rotate(40)
-    s = side / 16.0
-    painter.setPen(Qt.PenStyle.NoPen)
-    painter.setBrush(color)
-    body = QPainterPath()
-    body.addRoundedRect(-3.0 * s, -7.0 * s, 6.0 * s, 2.2 * s, 0.8 * s, 0.8 * s)  # head
-    body.addRect(-1.6 * s, -5.0 * s, 3.2 * s, 4.2 * s)  # body
-    body.addRoundedRect(-4.4 * s, -1.2 * s, 8.8 * s, 2.0 * s, 0.8 * s, 0.8 * s)  # collar
-    painter.drawPath(body.simplified())
-    pen = QPen(color, max(1.0, 1.3 * s))
-    pen.setCapStyle(Qt.PenCapStyle.RoundCap)
-    painter.setPen(pen)
-    painter.drawLine(QPointF(0, 0.8 * s), QPointF(0, 7.0 * s))  # needle
-    painter.restore()
-
-
-def pin_icon(color: QColor, size: int = 16) -> QIcon:
-    pixmap = QPixmap(size, size)
-    pixmap.fill(Qt.GlobalColor.transparent)
-    painter = QPainter(pixmap)
-    paint_pin(painter, QRect(0, 0, size, size), color)
-    painter.end()
-    return QIcon(pixmap)
-
-
-# -- the model ---------------------------------------------------------------------------
-
-
-class ConversationListModel(QAbstractListModel):
-    """Conversations (or search hits); editing the display role renames."""
-
-    renamed = Signal(int, str)
-
-    def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self.rows: list[Row] = []
-        self.searching = False
-        self.current_id: int | None = None
-
-    def set_rows(self, rows: list[Row], searching: bool) -> None:
-        self.beginResetModel()
-        self.rows = rows
-        self.searching = searching
-        self.endResetModel()
-
-    def set_current(self, conversation_id: int | None) -> None:
-        old, self.current_id = self.current_id, conversation_id
-        for cid in {old, conversation_id} - {None}:
-            row = self.row_of(cid)
-            if row is not None:
-                index = self.index(row, 0)
-                self.dataChanged.emit(index, index, [CurrentRole])
-
-    def row_of(self, conversation_id: int | None) -> int | None:
-        return next(
-            (n for n, r in enumerate(self.rows) if r.conversation_id == conversation_id), None
-        )
-
-    def rowCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.rows)
-
-    def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid() or not 0 <= index.row() < len(self.rows):
-            return None
-        row = self.rows[index.row()]
-        if role == Qt.ItemDataRole.DisplayRole:
-            return f"{row.title}\n{row.subtitle}"
-        if role in (Qt.ItemDataRole.EditRole, Qt.ItemDataRole.ToolTipRole):
-            return row.title
-        if role == Qt.ItemDataRole.AccessibleTextRole:
-            return ("Pinned: " if row.pinned else "") + f"{row.title}, {row.subtitle}"
-        if role == IdRole:
-            return row.conversation_id
-        if role == PinnedRole:
-            return row.pinned
-        if role == MessageIdRole:
-            return row.message_id
-        if role == SubtitleRole:
-            return row.subtitle
-        if role == HeaderRole:
-            return row.header
-        if role == CurrentRole:
-            return row.conversation_id == self.current_id
-        if role == DetailRole:
-            return row.detail
-        return None
-
-    def flags(self, index: _Index) -> Qt.ItemFlag:
-        base = super().flags(index)
-        if index.isValid() and not self.searching:
-            base |= Qt.ItemFlag.ItemIsEditable
-        return base
-
-    def setData(self, index: _Index, value: Any, role: int = Qt.ItemDataRole.EditRole) -> bool:
-        if role != Qt.ItemDataRole.EditRole or not index.isValid():
-            return False
-        title = str(value).strip()
-        row = self.rows[index.row()]
-        if not title or title == row.title:
-            return False
-        self.rows[index.row()] = replace(row, title=title)
-        self.dataChanged.emit(index, index, [Qt.ItemDataRole.DisplayRole])
-        self.renamed.emit(row.conversation_id, title)
-        return True
-
-
-# -- painting ----------------------------------------------------------------------------
-
-
-class RowDelegate(QStyledItemDelegate):
-    """A row: the title (bold for the current chat, a pin icon when pinned, a detail such
-    as "3 matches" at the right), then the age and size or the search snippet, smaller
-    and muted. The first row of a date group carries the group's header above it."""
-
-    PAD_X, PAD_Y, GAP, HEADER_GAP, ACCENT = 8, 6, 2, 6, 3
-
-    def _fonts(self, option: QStyleOptionViewItem) -> tuple[QFont, QFont, QFont]:
-        title = QFont(option.font)
-        sub = QFont(title)
-        if sub.pointSizeF() > 0:
-            sub.setPointSizeF(sub.pointSizeF() * 0.88)
-        header = QFont(sub)
-        header.setBold(True)
-        return title, sub, header
-
-    def header_height(self, option: QStyleOptionViewItem, index: _Index) -> int:
-        """Pixels at the top of the row taken by its group header (0 when none)."""
-        if not index.data(HeaderRole):
-            return 0
-        _, _, header = self._fonts(option)
-        return QFontMetrics(header).height() + 2 * self.HEADER_GAP
-
-    def sizeHint(self, option: QStyleOptionViewItem, index: _Index) -> QSize:
-        title, sub, _ = self._fonts(option)
-        height = QFontMetrics(title).height() + QFontMetrics(sub).height()
-        return QSize(100, height + 2 * self.PAD_Y + self.GAP + self.header_height(option, index))
-
-    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: _Index) -> None:
-        opt = QStyleOptionViewItem(option)
-        self.initStyleOption(opt, index)
-        opt.text = ""
-        palette: QPalette = opt.palette
-        title_font, sub_font, header_font = self._fonts(opt)
-        muted_color = palette.color(QPalette.ColorRole.PlaceholderText)
-        top = self.header_height(opt, index)
-        painter.save()
-        if top:
-            painter.setFont(header_font)
-            painter.setPen(muted_color)
-            metrics = QFontMetrics(header_font)
-            painter.drawText(
-                opt.rect.x() + self.PAD_X,
-                opt.rect.y() + self.HEADER_GAP + metrics.ascent(),
-                str(index.data(HeaderRole)),
-            )
-        painter.restore()
-        # The item (selection, hover) is only the part below the header.
-        opt.rect = opt.rect.adjusted(0, top, 0, 0)
-        current = bool(index.data(CurrentRole))
-        widget = opt.widget
-        style = widget.style() if widget is not None else QApplication.style()
-        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, widget)
-        selected = bool(opt.state & QStyle.StateFlag.State_Selected)
-        painter.save()
-        if current:
-            accent = palette.color(QPalette.ColorRole.Highlight)
-            if not selected:
-                tint = QColor(accent)
-                tint.setAlpha(40)
-                painter.fillRect(opt.rect, tint)
-            painter.fillRect(
-                QRect(opt.rect.x(), opt.rect.y(), self.ACCENT, opt.rect.height()), accent
-            )
-            title_font.setBold(True)
-        rect = opt.rect.adjusted(self.PAD_X, self.PAD_Y, -self.PAD_X, -self.PAD_Y)
-        text_color = palette.color(
-            QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text
-        )
-        muted = text_color if selected else muted_color
-        title_metrics = QFontMetrics(title_font)
-        sub_metrics = QFontMetrics(sub_font)
-        right = rect.right()
-        if index.data(PinnedRole):
-            side = title_metrics.height()
-            paint_pin(painter, QRect(right - side + 1, rect.y(), side, side), muted)
-            right -= side + 4
-        detail = str(index.data(DetailRole) or "")
-        if detail:
-            painter.setFont(sub_font)
-            painter.setPen(muted)
-            width = sub_metrics.horizontalAdvance(detail)
-            painter.drawText(right - width, rect.y() + title_metrics.ascent(), detail)
-            right -= width + 6
-        painter.setFont(title_font)
-        painter.setPen(text_color)
-        title = str(index.data(Qt.ItemDataRole.EditRole) or "")
-        painter.drawText(
-            rect.x(),
-            rect.y() + title_metrics.ascent(),
-            title_metrics.elidedText(title, Qt.TextElideMode.ElideRight, right - rect.x()),
-        )
-        painter.setPen(muted)
-        baseline = rect.y() + title_metrics.height() + self.GAP + sub_metrics.ascent()
-        self._paint_snippet(painter, str(index.data(SubtitleRole) or ""), sub_font, rect, baseline)
-        painter.restore()
-
-    @staticmethod
-    def _paint_snippet(
-        painter: QPainter, text: str, font: QFont, rect: QRect, baseline: int
-    ) -> None:
-        """The subtitle; in a search snippet the matches (between SEARCH_MARKS) are bold
-        and the marks themselves are not shown."""
-        bold = QFont(font)
-        bold.setBold(True)
-        x, right = rect.x(), rect.right()
-        for n, part in enumerate(split_marks(text)):
-            if not part:
-                continue
-            current = bold if n % 2 else font
-            metrics = QFontMetrics(current)
-            painter.setFont(current)
-            width = metrics.horizontalAdvance(part)
-            if x + width > right:  # the last part that fits, cut with an ellipsis
-                painter.drawText(
-                    x, baseline, metrics.elidedText(part, Qt.TextElideMode.ElideRight, right - x)
-                )
-                return
-            painter.drawText(x, baseline, part)
-            x += width
-
-    def updateEditorGeometry(
-        self, editor: QWidget, option: QStyleOptionViewItem, index: _Index
-    ) -> None:
-        # The rename editor covers the title line, not the group header above it.
-        top = self.header_height(option, index)
-        title, _, _ = self._fonts(option)
-        rect = option.rect.adjusted(0, top, 0, 0)
-        height = QFontMetrics(title).height() + 2 * self.PAD_Y
-        editor.setGeometry(QRect(rect.x(), rect.y(), rect.width(), height))
-
-
-class ConversationView(QListView):
-    """The list: clicks on a group header select nothing; Delete asks to delete the
-    selection; it remembers the modifiers of the last press (a Ctrl/Shift click extends
-    the selection instead of opening)."""
-
-    deletePressed = Signal()
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.press_modifiers = Qt.KeyboardModifier.NoModifier
-
-    def _on_header(self, pos: QPoint) -> bool:
-        index = self.indexAt(pos)
-        delegate = self.itemDelegate()
-        if not index.isValid() or not isinstance(delegate, RowDelegate):
-            return False
-        option = QStyleOptionViewItem()
-        self.initViewItemOption(option)
-        header = delegate.header_height(option, index)
-        return pos.y() < self.visualRect(index).y() + header
-
-    def mousePressEvent(self, event: QMouseEvent) -> None:
-        self.press_modifiers = event.modifiers()
-        if self._on_header(event.position().toPoint()):
-            event.accept()
-            return
-        super().mousePressEvent(event)
-
-    def mouseDoubleClickEvent(self, event: QMouseEvent) -> None:
-        if self._on_header(event.position().toPoint()):
-            event.accept()
-            return
-        super().mouseDoubleClickEvent(event)
-
-    def keyPressEvent(self, event: QKeyEvent) -> None:
-        if event.key() == Qt.Key.Key_Delete and self.state() != self.State.EditingState:
-            self.deletePressed.emit()
-            event.accept()
-            return
-        self.press_modifiers = Qt.KeyboardModifier.NoModifier
-        super().keyPressEvent(event)
-
-
-# -- search off the GUI thread -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    generation: int
-    rows: tuple[Row, ...]
-    error: str | None = None
-
-
-class _SearchBridge(QObject):
-    found = Signal(object)  # a SearchResult, queued to the GUI thread
-
-
-class _Searcher:
-    """Runs searches on the job thread, on its own connection (opened on first use, closed
-    by :meth:`close`, both on that thread: SQLite connections stay in their thread)."""
-
-    def __init__(self, path: Path, read_only: bool, bridge: _SearchBridge) -> None:
-        self._path = path
-        self._read_only = read_only
-        self._bridge = bridge
-        self._db: Database | None = None
-        self.latest = 0  # written by the GUI thread: searches older than this are skipped
-
-    def run(self, generation: int, text: str) -> None:
-        if generation != self.latest:
-            return  # superseded while queued: do not spend the query
-        try:
-            if self._db is None:
-                self._db = Database.open(self._path, read_only=self._read_only)
-            found = self._db.search_conversations(text, SEARCH_LIMIT, marks=SEARCH_MARKS)
-            rows = tuple(
-                Row(
-                    m.hit.conversation_id,
-                    m.hit.title,
-                    " ".join(m.hit.snippet.split()),
-                    False,
-                    m.hit.message_id,
-                    detail=f"{m.matches} matches" if m.matches > 1 else "",
-                )
-                for m in found
-            )
-            result = SearchResult(generation, rows)
-        except LlamaDeskError as exc:
-            result = SearchResult(generation, (), str(exc))
-        except Exception as exc:  # a bug: say so in the list rather than stay silent
-            log.exception("sidebar search failed")
-            result = SearchResult(generation, (), f"The search failed unexpectedly: {exc}")
-        try:
-            self._bridge.found.emit(result)
-        except RuntimeError:  # the sidebar is gone
-            pass
-
-    def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-
-
-# -- the sidebar -------------------------------------------------------------------------
 
 
 class Sidebar(QWidget):
@@ -589,9 +139,9 @@ class Sidebar(QWidget):
         self._generation = 0
         self._searching_text = ""
         self._jobs = JobThread("sidebar-search")
-        self._bridge = _SearchBridge(self)
+        self._bridge = SearchBridge(self)
         self._bridge.found.connect(self._on_found)
-        self._searcher = _Searcher(db.path, db.read_only, self._bridge)
+        self._searcher = Searcher(db.path, db.read_only, self._bridge)
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(150)  # debounce: search when typing pauses
