@@ -4,24 +4,28 @@ The tab keeps the branch it shows (storage messages), subscribes to its conversa
 session events (``worker.stream(cid)``), streams the reply into the last message widget
 (rendered by the window's flush timer, never per token) and finishes it with the figures;
 the session saves the reply while it streams. A reasoning model's reply comes in two
-parts, its reasoning (``on_reasoning``) then its answer (``on_tokens``); both are shown,
-saved and finished apart. The "Thinking" and "Effort" choices of the conversation (shown
+parts, its reasoning (``TabTurn.on_reasoning``) then its answer (``TabTurn.on_tokens``);
+both are shown, saved and finished apart. The "Thinking" and "Effort" choices of the conversation (shown
 only when the model's template uses them) are kept with its sampling settings and go to
 the engine with each turn.
+
+Its parts, each in its own module: what it needs from the window (:mod:`app.ui.tab_host`),
+the storage <-> session conversions (:mod:`app.ui.chat_messages`), the status line's texts
+(:mod:`app.ui.tab_status`), the "When full", "Thinking" and "Effort" choices
+(:mod:`app.ui.tab_choices`), the token count before sending (:mod:`app.ui.tab_token_hint`),
+the streaming reply's buffers and finish (:mod:`app.ui.tab_reply`) and the turns with the
+session's events (:mod:`app.ui.tab_turn`).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QApplication,
-    QCheckBox,
-    QComboBox,
     QHBoxLayout,
     QLabel,
     QPushButton,
@@ -30,129 +34,32 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from shiboken6 import isValid
 
-from app.engine import SamplingParams
-from app.engine.errors import context_advice
-from app.engine.reasoning import Channel
 from app.errors import LlamaDeskError
-from app.session import (
-    ChatMessage,
-    ContextFullPolicy,
-    FinishReason,
-    RestoreOutcome,
-    TurnResult,
-    policy_of,
-    reasoning_options,
-)
-from app.session import events as ev
-from app.session.types import DEFAULT_EFFORT, EFFORT_KEY, POLICY_KEY, THINKING_KEY
-from app.settings_schema import CONVERSATION_FIELDS
-from app.storage import Conversation, Database, Message
-from app.ui.chat_view import ChatView, MessageData
+from app.session import ContextFullPolicy, TurnResult
+from app.storage import Conversation, Message
+from app.ui.chat_messages import chat_messages, engine_messages, message_data
+from app.ui.chat_view import ChatView
 from app.ui.composer import Composer, ConversationSettings
 from app.ui.context_meter import ContextMeter
-from app.ui.field_editors import SpecComboBox, make_editor
 from app.ui.message_bar import MessageBar
+from app.ui.tab_choices import TabChoices
+from app.ui.tab_host import TabHost
+from app.ui.tab_reply import ReplyBuffer
+from app.ui.tab_status import MeterFigures, state_text, state_tip
+from app.ui.tab_token_hint import TOKEN_COUNT_DELAY_MS, TOKEN_HINT_MIN_CHARS, TokenHint
+from app.ui.tab_turn import TabTurn
 
-if TYPE_CHECKING:
-    from app.session import Session
-    from app.ui.worker import EngineWorker
-
-# The tab's "When full" choice is kept with the conversation's settings (POLICY_KEY: the
-# engine's SamplingParams ignores keys it does not know).
-_RESTORE_REASON_CHARS = 90
-# Messages from this length on show their token count before they are sent.
-TOKEN_HINT_MIN_CHARS = 400
-TOKEN_COUNT_DELAY_MS = 350
-
-
-class TabHost(Protocol):
-    """What a tab needs from the window."""
-
-    db: Database
-    worker: EngineWorker  # this tab's event stream: worker.stream(conversation id)
-    session: Session  # commands
-
-    def model_ready(self) -> bool: ...
-
-    def model_path(self) -> str | None: ...
-
-    def show_message(self, text: str, error: bool = True) -> None: ...
-
-    def fork_from(self, tab: ChatTab, message_id: int) -> None: ...
-
-    def conversation_changed(self, conversation_id: int) -> None: ...
-
-    def tab_state_changed(self, tab: ChatTab) -> None: ...
-
-    def context_policy(self) -> str: ...
-
-    def trained_context(self) -> int:
-        """The loaded model's training context (0: no model or unknown)."""
-        ...
-
-    def reasoning_support(self) -> tuple[bool, bool]:
-        """Whether the loaded model's template uses (the thinking toggle, the effort)."""
-        ...
-
-
-def message_data(db: Database, m: Message, with_siblings: bool = True) -> MessageData:
-    index, count = 1, 1
-    if with_siblings:
-        try:
-            index, count = db.sibling_position(m.id)
-        except LlamaDeskError:
-            pass
-    processed = m.meta.get("prompt_processed") if m.meta else None
-    cached = None
-    if m.prompt_tokens is not None and isinstance(processed, int):
-        cached = max(0, m.prompt_tokens - processed)
-    error = m.meta.get("error") if m.meta and m.status == "error" else None
-    meta = m.meta or {}
-    finish = meta.get("finish_reason")
-    ttft = meta.get("ttft_ms")
-    return MessageData(
-        id=m.id,
-        role=m.role,
-        content=m.content,
-        status=m.status,
-        token_count=m.token_count,
-        prompt_tokens=m.prompt_tokens,
-        tokens_per_second=m.tokens_per_second,
-        sibling_index=index,
-        sibling_count=count,
-        error=str(error) if error else None,
-        cached_tokens=cached,
-        reasoning=getattr(m, "reasoning", "") or "",
-        reasoning_ms=getattr(m, "reasoning_ms", None),
-        finish=str(finish) if finish else None,
-        ttft_ms=float(ttft) if isinstance(ttft, (int, float)) else None,
-    )
-
-
-def engine_messages(thread: list[Message]) -> list[dict[str, Any]]:
-    """The chat as the engine wants it: roles and text, without empty failed replies; an
-    assistant message's reasoning goes as ``reasoning_content`` (the template keeps or
-    drops it)."""
-    out: list[dict[str, Any]] = []
-    for m in thread:
-        if m.role == "assistant" and not m.content:
-            continue
-        message: dict[str, Any] = {"role": m.role, "content": m.content}
-        reasoning = getattr(m, "reasoning", "")
-        if m.role == "assistant" and reasoning:
-            message["reasoning_content"] = reasoning
-        out.append(message)
-    return out
-
-
-def chat_messages(thread: list[Message]) -> list[ChatMessage]:
-    """:func:`engine_messages` as the session's typed messages."""
-    return [
-        ChatMessage(m["role"], m["content"], m.get("reasoning_content", ""))
-        for m in engine_messages(thread)
-    ]
+# What other modules import from here (the names before the split into modules).
+__all__ = [
+    "TOKEN_COUNT_DELAY_MS",
+    "TOKEN_HINT_MIN_CHARS",
+    "ChatTab",
+    "TabHost",
+    "chat_messages",
+    "engine_messages",
+    "message_data",
+]
 
 
 class ChatTab(QWidget):
@@ -171,25 +78,16 @@ class ChatTab(QWidget):
         self.branch: list[Message] = []
         self.generating = False
         self.reply_id: int | None = None
-        self._parts: list[str] = []
-        self._reasoning_parts: list[str] = []
-        self._reasoning_ms: float | None = None  # measured here when the answer starts
-        self._dirty = False
-        self._oldest_unpainted: float | None = None
-        self._error: str | None = None
+        self.reply = ReplyBuffer()  # the reply being streamed: its text and figures
         self._editing: int | None = None
         self._state = "idle"
         self._prompt = (0, 0)
-        self._tok_s = 0.0
-        self._gen_tokens = 0
-        self._gen_started = 0.0
-        self._submitted_at = 0.0
-        self._first_token_ms: float | None = None
         self.info: dict[str, Any] = {}
         self._turns_since_open = 0
         self._compact = False
         self._context_start: int | None = None
         self.last_completion: TurnResult | None = None
+        self.turn = TabTurn(self)
         self._stream = host.worker.stream(self.cid)
         self._stream.received.connect(self.on_event)
 
@@ -218,13 +116,10 @@ class ChatTab(QWidget):
         self.state_label.setObjectName("state-label")
         # a long state (a restore refusal's reason) is cut, never widens the window
         self.state_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        # "When full" is a conversation setting (its labels and help from the schema).
-        policy_spec = CONVERSATION_FIELDS[POLICY_KEY]
-        policy = make_editor(policy_spec)
-        assert isinstance(policy, SpecComboBox)
-        self.policy = policy
-        self.policy.setObjectName("context-policy")
-        self.policy.activated.connect(self._on_policy)
+        self.choices = TabChoices(self)
+        self.policy = self.choices.policy
+        self.thinking = self.choices.thinking
+        self.effort = self.choices.effort
         self.settings_button = QToolButton()
         self.settings_button.setText("Conversation settings")
         self.settings_button.setToolTip(
@@ -236,21 +131,6 @@ class ChatTab(QWidget):
         status.addWidget(self.meter_label)
         status.addSpacing(12)
         status.addWidget(self.state_label, 1)
-        self.thinking = QCheckBox("Thinking")
-        self.thinking.setObjectName("thinking-toggle")
-        self.thinking.setToolTip(
-            "Let the model think before it answers (its thoughts show above the answer). "
-            "Applies to this conversation only."
-        )
-        self.thinking.toggled.connect(self._on_thinking)
-        self.effort = QComboBox()
-        self.effort.setObjectName("reasoning-effort")
-        for value in ("low", "medium", "high"):
-            self.effort.addItem(f"Effort: {value}", value)
-        self.effort.setToolTip(
-            "How hard the model thinks before answering. Applies to this conversation only."
-        )
-        self.effort.activated.connect(self._on_effort)
         status.addWidget(self.thinking)
         status.addWidget(self.effort)
         status.addWidget(self.settings_button)
@@ -260,7 +140,7 @@ class ChatTab(QWidget):
         self.settings.setVisible(False)
         self.settings_button.toggled.connect(self.settings.setVisible)
         self.settings.set_values(conversation.system_prompt, conversation.sampling)
-        self.settings.add_row(policy_spec.label, self.policy)
+        self.settings.add_row(self.choices.policy_spec.label, self.policy)
         self._settings_timer = QTimer(self)
         self._settings_timer.setSingleShot(True)
         self._settings_timer.setInterval(500)
@@ -275,24 +155,16 @@ class ChatTab(QWidget):
         layout.addWidget(self.edit_banner)
 
         # A long message's token count before it is sent (counted on the session thread).
-        self.token_hint = QLabel()
-        self.token_hint.setObjectName("token-hint")
-        self.token_hint.setWordWrap(True)
-        self.token_hint.setContentsMargins(8, 2, 8, 0)
-        self.token_hint.setVisible(False)
+        self.hint = TokenHint(self)
+        self.token_hint = self.hint.label
         layout.addWidget(self.token_hint)
-        self._count_serial = 0
-        self._count_timer = QTimer(self)
-        self._count_timer.setSingleShot(True)
-        self._count_timer.setInterval(TOKEN_COUNT_DELAY_MS)
-        self._count_timer.timeout.connect(self._count_tokens)
 
         row = QHBoxLayout()
         row.setContentsMargins(8, 4, 8, 8)
         self.composer = Composer(self)
         self.composer.sendRequested.connect(self.send)
         self.composer.stopRequested.connect(self._on_escape)
-        self.composer.textChanged.connect(self._on_composer_changed)
+        self.composer.textChanged.connect(self.hint.text_changed)
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("send")
         self.send_button.clicked.connect(self.send)
@@ -305,8 +177,8 @@ class ChatTab(QWidget):
         row.addWidget(self.stop_button, 0, Qt.AlignmentFlag.AlignBottom)
         layout.addLayout(row)
 
-        self._init_policy()
-        self._init_reasoning()
+        self.choices.init_policy()
+        self.choices.init_reasoning()
         self.load_thread(leaf_id)
         self._update_status()
 
@@ -387,47 +259,6 @@ class ChatTab(QWidget):
         """A notice in this tab (errors stay until dismissed, the rest for a while)."""
         self.notice.show_message(text, error, action, timeout_ms=0 if error else 8000)
 
-    # ------------------------------------------------------------------ token count
-
-    @Slot()
-    def _on_composer_changed(self) -> None:
-        self._count_serial += 1  # a count under way is stale now
-        if len(self.composer.toPlainText()) < TOKEN_HINT_MIN_CHARS or not self.host.model_ready():
-            self._count_timer.stop()
-            self.token_hint.setVisible(False)
-            return
-        self._count_timer.start()
-
-    @Slot()
-    def _count_tokens(self) -> None:
-        text = self.composer.toPlainText()
-        serial = self._count_serial
-        self.host.worker.call(
-            lambda engine: len(engine.tokenize(text, False, True)),
-            lambda result: self._show_count(serial, result),
-        )
-
-    def _show_count(self, serial: int, result: object) -> None:
-        if not isValid(self) or serial != self._count_serial or not isinstance(result, int):
-            return
-        n_ctx = int(self.info.get("n_ctx", 0))
-        reserve = int(self.info.get("n_reserved", 0))
-        room = n_ctx - reserve
-        too_long = bool(n_ctx) and result > room
-        if too_long:
-            advice = context_advice(n_ctx, self.host.trained_context())
-            text = (
-                f"This message is {result:,} tokens: more than the context can take "
-                f"({room:,} of its {n_ctx:,} tokens, the rest kept for the reply): "
-                f"{advice[0].upper()}{advice[1:]}."
-            )
-        else:
-            text = f"This message is {result:,} tokens."
-        self.token_hint.setText(text)
-        self.token_hint.setProperty("error", too_long)
-        self.token_hint.setStyleSheet("color: #d33;" if too_long else "")
-        self.token_hint.setVisible(True)
-
     # ------------------------------------------------------------------ user actions
 
     @Slot()
@@ -460,7 +291,7 @@ class ChatTab(QWidget):
         self._cancel_edit()
         self.reload_conversation()
         self.host.conversation_changed(self.cid)
-        self._generate(user.id)
+        self.turn.generate(user.id)
 
     def regenerate(self, message_id: int) -> None:
         if self.generating or not self.host.model_ready():
@@ -472,7 +303,7 @@ class ChatTab(QWidget):
             return
         if message.parent_id is None:
             return
-        self._generate(message.parent_id)
+        self.turn.generate(message.parent_id)
 
     def edit(self, message_id: int) -> None:
         if self.generating:
@@ -526,66 +357,22 @@ class ChatTab(QWidget):
         else:
             self.stop()
 
+    # the conversation's choices in the status line (see TabChoices)
+
     def tab_policy(self) -> ContextFullPolicy | None:
-        """This tab's own context-full policy (None: it follows the default)."""
-        return policy_of(self.conversation.sampling)
+        return self.choices.tab_policy()
 
     def effective_policy(self) -> str:
-        return str(self.tab_policy() or self.host.context_policy())
-
-    def _init_policy(self) -> None:
-        # the window opens the conversation in the session with tab_policy()
-        index = self.policy.findData(self.effective_policy())
-        if index >= 0:
-            self.policy.setCurrentIndex(index)
-
-    @Slot(int)
-    def _on_policy(self, index: int) -> None:
-        policy = ContextFullPolicy.parse(self.policy.itemData(index))
-        if policy is None or policy == self.tab_policy():
-            return
-        self.settings.set_extra(POLICY_KEY, policy.value)
-        self.save_settings()
-        self.host.session.set_policy(self.cid, policy)
+        return self.choices.effective_policy()
 
     def thinking_enabled(self) -> bool:
-        """This conversation's "Thinking" choice (default on, as llama.cpp's server)."""
-        return self.conversation.sampling.get(THINKING_KEY, True) is not False
+        return self.choices.thinking_enabled()
 
     def reasoning_effort(self) -> str:
-        effort = self.conversation.sampling.get(EFFORT_KEY)
-        return effort if effort in ("low", "medium", "high") else DEFAULT_EFFORT.value
-
-    def _init_reasoning(self) -> None:
-        self.thinking.blockSignals(True)
-        self.thinking.setChecked(self.thinking_enabled())
-        self.thinking.blockSignals(False)
-        index = self.effort.findData(self.reasoning_effort())
-        if index >= 0:
-            self.effort.setCurrentIndex(index)
-        self.set_reasoning_support(*self.host.reasoning_support())
+        return self.choices.reasoning_effort()
 
     def set_reasoning_support(self, thinking_toggle: bool, effort: bool) -> None:
-        """Show the reasoning controls the loaded model's template uses (hide the others)."""
-        self.thinking.setVisible(thinking_toggle)
-        self.effort.setVisible(effort)
-        self.effort.setEnabled(not thinking_toggle or self.thinking.isChecked())
-
-    @Slot(bool)
-    def _on_thinking(self, enabled: bool) -> None:
-        self.effort.setEnabled(enabled or self.thinking.isHidden())
-        if enabled == self.thinking_enabled():
-            return
-        self.settings.set_extra(THINKING_KEY, enabled)
-        self.save_settings()
-
-    @Slot(int)
-    def _on_effort(self, index: int) -> None:
-        effort = str(self.effort.itemData(index))
-        if effort == self.reasoning_effort() and EFFORT_KEY in self.conversation.sampling:
-            return
-        self.settings.set_extra(EFFORT_KEY, effort)
-        self.save_settings()
+        self.choices.set_reasoning_support(thinking_toggle, effort)
 
     @Slot(str, int)
     def _on_action(self, name: str, message_id: int) -> None:
@@ -608,175 +395,19 @@ class ChatTab(QWidget):
 
     # ------------------------------------------------------------------ generation
 
-    def _generate(self, parent_id: int) -> None:
-        self.save_settings()
-        self.notice.dismiss()  # a notice of an earlier turn (its "Try again") is old news
-        try:
-            reply = self.db.begin_reply(self.cid, parent_id, model_path=self.host.model_path())
-            self.branch = self.db.get_thread(self.cid, reply.id)
-        except LlamaDeskError as exc:
-            self.notify(str(exc))
-            return
-        history = chat_messages(self.branch[:-1])
-        self._show_branch()
-        last = self.view.last()
-        if last is not None:
-            last.set_streaming(True)
-        self.view.set_actions_enabled(False)
-        self.reply_id = reply.id
-        self._parts = []
-        self._reasoning_parts = []
-        self._reasoning_ms = None
-        self._dirty = False
-        self._oldest_unpainted = None
-        self._error = None
-        self._gen_tokens = 0
-        self._gen_started = 0.0
-        self._submitted_at = time.perf_counter()
-        self._first_token_ms = None
-        self._tok_s = 0.0
-        self._set_generating(True)
-        self._state = "queued"
-        self._update_status()
-        sampling = self.conversation.sampling
-        try:
-            params = SamplingParams.from_dict(sampling)
-        except (LlamaDeskError, TypeError, ValueError) as exc:
-            self.on_failed(str(exc))
-            self.on_finished(TurnResult(finish_reason=FinishReason.ERROR, error=str(exc)))
-            return
-        self.host.session.submit(
-            self.cid,
-            history,
-            self.conversation.system_prompt,
-            params,
-            reasoning_options(sampling),
-            reply_id=reply.id,  # the session saves it as it streams
-        )
-
-    def _set_generating(self, generating: bool) -> None:
-        self.generating = generating
-        self.send_button.setVisible(not generating)
-        self.stop_button.setVisible(generating)
-        self.titleChanged.emit()
-        self.host.tab_state_changed(self)
-
     def reply_text(self) -> str:
-        return "".join(self._parts)
+        return self.reply.text()
 
     def reasoning_text(self) -> str:
-        return "".join(self._reasoning_parts)
-
-    def _thinking_ms(self) -> float | None:
-        """How long the reply has thought: until its answer started, else until now."""
-        if not self._reasoning_parts:
-            return None
-        if self._reasoning_ms is not None:
-            return self._reasoning_ms
-        if not self._gen_started:
-            return None
-        return (time.perf_counter() - self._gen_started) * 1000.0
-
-    # this conversation's session events (on the GUI thread)
+        return self.reply.reasoning_text()
 
     @Slot(object)
     def on_event(self, event: object) -> None:
-        match event:
-            case ev.TextStreamed():
-                if event.channel is Channel.REASONING:
-                    self.on_reasoning(event.text, event.n_tokens, event.sampled_at)
-                else:
-                    self.on_tokens(event.text, event.n_tokens, event.sampled_at)
-            case ev.PromptProgressed():
-                self.on_progress(event.done, event.total)
-            case ev.TurnStarted():
-                self.on_started(event.n_to_process)
-            case ev.TurnFinished():
-                self.on_finished(event.result)
-            case ev.TurnFailed():
-                self.on_failed(event.message)
-            case ev.ContextShifted():
-                self.on_shifted(event.n_discarded)
-            case ev.SequenceStatus():
-                self.on_info(
-                    {
-                        "n_tokens": event.n_tokens,
-                        "n_ctx": event.n_ctx,
-                        "n_reserved": event.n_reserved,
-                        "n_dropped": event.n_dropped,
-                        "resident": event.resident,
-                        "busy": event.busy,
-                        "generating": event.generating,
-                    }
-                )
-            case ev.CacheRestored():
-                self.on_info(
-                    {
-                        "restored": event.outcome is RestoreOutcome.RESTORED,
-                        "parked": event.reason if event.outcome is RestoreOutcome.PARKED else None,
-                        "restore_error": event.reason
-                        if event.outcome is RestoreOutcome.REREAD
-                        else None,
-                    }
-                )
-            case ev.CacheParked():
-                self.on_info({"saved": event.saved, "resident": False})
-            case ev.ConversationForked():
-                self.on_info({"forked": True})
+        """This conversation's session events (on the GUI thread)."""
+        self.turn.on_event(event)
 
-    def on_started(self, n_to_process: int) -> None:
-        if self._turns_since_open >= 1:  # what happened at restore is old news now
-            self.info.pop("restored", None)
-            self.info.pop("parked", None)
-            self.info.pop("restore_error", None)
-        self._state = "prompt"
-        self._prompt = (0, n_to_process)
-        self._update_status()
-
-    def on_progress(self, done: int, total: int) -> None:
-        self._state = "prompt"
-        self._prompt = (done, total)
-        self._update_status()
-
-    def on_reasoning(self, text: str, n_tokens: int, sampled_at: float) -> None:
-        """Streamed reasoning (it comes before the answer)."""
-        if not self.generating:
-            return
-        if self._state != "generating":
-            self._state = "generating"
-            self._gen_started = time.perf_counter()
-            self._first_token_ms = (self._gen_started - self._submitted_at) * 1000.0
-        self._reasoning_parts.append(text)
-        self._gen_tokens += n_tokens
-        self._dirty = True
-        if self._oldest_unpainted is None:
-            self._oldest_unpainted = sampled_at
-
-    def on_tokens(self, text: str, n_tokens: int, sampled_at: float) -> None:
-        if not self.generating:
-            return
-        if self._state != "generating":
-            self._state = "generating"
-            self._gen_started = time.perf_counter()
-            self._first_token_ms = (self._gen_started - self._submitted_at) * 1000.0
-        if self._reasoning_parts and self._reasoning_ms is None:
-            self._reasoning_ms = (time.perf_counter() - self._gen_started) * 1000.0
-        self._parts.append(text)
-        self._gen_tokens += n_tokens
-        self._dirty = True
-        if self._oldest_unpainted is None:
-            self._oldest_unpainted = sampled_at
-
-    def on_failed(self, message: str) -> None:
-        # Said once, when the turn finishes (on_finished), in this tab's notice.
-        self._error = message
-
-    def on_shifted(self, n_discarded: int) -> None:
-        self.notify(
-            f"The context was full: the oldest {n_discarded} tokens of this conversation were "
-            "dropped (the system prompt is kept).",
-            False,
-        )
+    def on_finished(self, result: TurnResult) -> None:
+        self.turn.on_finished(result)
 
     def on_info(self, info: dict[str, Any]) -> None:
         if "restored" in info:
@@ -790,160 +421,17 @@ class ChatTab(QWidget):
             self.info["on_disk"] = False
         self._update_status()
 
-    def on_finished(self, result: TurnResult) -> None:
-        self.last_completion = result
-        self._turns_since_open += 1
-        if self.reply_id is None:
-            return
-        reason = result.finish_reason
-        error = result.error or self._error
-        text = result.text or self.reply_text()
-        reasoning = result.reasoning or self.reasoning_text()
-        reasoning_ms = result.reasoning_ms
-        if reasoning and reasoning_ms is None:
-            reasoning_ms = self._thinking_ms()
-        if reason is FinishReason.ABORTED:
-            status = "stopped"
-        elif reason is FinishReason.ERROR or (error and reason is not FinishReason.CONTEXT_FULL):
-            status = "error"
-        else:
-            status = "complete"
-        meta: dict[str, Any] = {
-            "finish_reason": reason.value,
-            "prompt_processed": result.n_prompt_processed,
-            "prompt_ms": round(result.prompt_ms, 1),
-            "gen_ms": round(result.gen_ms, 1),
-        }
-        if self._first_token_ms is not None:
-            # what the user waited: from Send to the first token on screen
-            meta["ttft_ms"] = round(self._first_token_ms, 1)
-        if error:
-            meta["error"] = error
-        if reason is FinishReason.CONTEXT_FULL and not error:
-            # "Stop the reply" when full: say why it stopped, and what would go on
-            error = (
-                "The context is full, so the reply stopped here. Start a new chat, fork from "
-                "an earlier message, or set “When the context is full” to drop the oldest "
-                "messages in Conversation settings."
-            )
-            meta["error"] = error
-        if error or status == "error":
-            # Said once, in this tab (also a full context that stopped the reply).
-            self._report_error(error or "The reply failed.", failed=status == "error")
-            if not text and not reasoning:
-                # Nothing was written: an error is not an assistant message.
-                self._drop_failed_reply()
-                return
-        self._finish_reply(
-            text,
-            status,
-            token_count=result.n_tokens or None,
-            prompt_tokens=result.n_prompt or None,
-            tokens_per_second=result.tokens_per_second or None,
-            meta=meta,
-            reasoning=reasoning or None,
-            reasoning_ms=reasoning_ms if reasoning else None,
-        )
-
-    def _report_error(self, message: str, failed: bool = True) -> None:
-        """``failed``: the turn failed (else the reply stopped early, e.g. a full context
-        with "Stop the reply": a notice, not an error)."""
-        parent = self._reply_parent()
-        retry = (
-            ("Try again", lambda: self._retry(parent)) if parent is not None and failed else None
-        )
-        self.notify(message, failed or not self._parts, retry)
-
-    def _reply_parent(self) -> int | None:
-        if self.reply_id is None:
-            return None
-        for message in self.branch:
-            if message.id == self.reply_id:
-                return message.parent_id
-        return None
-
-    def _retry(self, parent_id: int | None) -> None:
-        if parent_id is not None and not self.generating and self.host.model_ready():
-            self._generate(parent_id)
-
-    def _drop_failed_reply(self) -> None:
-        """Remove the empty reply of a failed turn (the user's message stays, ready for
-        "Try again" or an edit)."""
-        reply_id, self.reply_id = self.reply_id, None
-        self._parts = []
-        self._reasoning_parts = []
-        self._dirty = False
-        self._oldest_unpainted = None
-        self._set_generating(False)
-        self._state = "idle"
-        if reply_id is not None:
-            try:
-                self.db.delete_branch(reply_id)
-            except LlamaDeskError as exc:
-                self.notify(str(exc))
-        self.load_thread()
-        self.view.set_actions_enabled(True)
-        self._update_status()
-        self.reload_conversation()
-        self.host.conversation_changed(self.cid)
-
-    def _finish_reply(self, text: str, status: str, **figures: Any) -> None:
-        reply_id, self.reply_id = self.reply_id, None
-        self._parts = [text]
-        if figures.get("reasoning"):
-            self._reasoning_parts = [figures["reasoning"]]
-        self._dirty = False
-        self._oldest_unpainted = None
-        self._set_generating(False)
-        self._state = "idle"
-        if reply_id is None:
-            return
-        try:
-            message = self.db.finish_reply(reply_id, text, status, **figures)
-        except LlamaDeskError as exc:
-            self.notify(str(exc))
-            return
-        if self.branch and self.branch[-1].id == reply_id:
-            self.branch[-1] = message
-        widget = self.view.widget_for(reply_id)
-        if widget is not None:
-            widget.set_streaming(False)
-            widget.update_data(message_data(self.db, message))
-        self.view.set_actions_enabled(True)
-        self._update_status()
-        self.reload_conversation()
-        self.host.conversation_changed(self.cid)
-
     def finish_for_shutdown(self) -> None:
         """Save the reply as it is (stopped) when the window closes mid-generation."""
-        if self.reply_id is not None:
-            reasoning = self.reasoning_text()
-            self._finish_reply(
-                self.reply_text(),
-                "stopped",
-                meta={"finish_reason": "aborted"},
-                reasoning=reasoning or None,
-                reasoning_ms=self._thinking_ms() if reasoning else None,
-            )
+        self.turn.finish_for_shutdown()
 
     def flush(self, visible: bool) -> float | None:
         """Paint buffered text (when shown); returns the perf_counter time at which the oldest painted text was sampled, or None."""
-        painted: float | None = None
         if self.reply_id is None:
             return None
-        if self._dirty and visible:
-            widget = self.view.last()
-            if widget is not None:
-                if self._reasoning_parts:
-                    widget.set_reply(self.reply_text(), self.reasoning_text(), self._reasoning_ms)
-                else:
-                    widget.set_content(self.reply_text())
-            self._dirty = False
-            painted, self._oldest_unpainted = self._oldest_unpainted, None
-        if self._state == "generating" and self._gen_started:
-            elapsed = time.perf_counter() - self._gen_started
-            if elapsed > 0.2:
-                self._tok_s = self._gen_tokens / elapsed
+        painted = self.reply.paint(self.view.last()) if visible else None
+        if self._state == "generating" and self.reply.gen_started:
+            self.reply.measure_speed()
             self._update_status()
         return painted
 
@@ -966,28 +454,7 @@ class ChatTab(QWidget):
         self._update_status()
 
     def state_text(self) -> str:
-        if self._state == "queued":
-            return "waiting…"
-        if self._state == "prompt":
-            done, total = self._prompt
-            percent = int(100 * done / total) if total else 0
-            return f"processing prompt {percent}%"
-        if self._state == "generating":
-            return f"generating at {self._tok_s:.1f} tok/s" if self._tok_s else "generating"
-        if self.info.get("on_disk"):
-            return "idle · saved to disk"
-        if self.info.get("restored"):
-            return "idle · cache restored from disk"
-        if self.info.get("parked"):
-            # saved, waiting for room in the context: it comes back when this chat is used
-            return "idle · cache waiting for room (restored when you send)"
-        reason = self.info.get("restore_error")
-        if reason:
-            reason = str(reason).strip()
-            if len(reason) > _RESTORE_REASON_CHARS:
-                reason = reason[: _RESTORE_REASON_CHARS - 1].rstrip() + "…"
-            return f"idle · cache re-processed: {reason}"
-        return "idle"
+        return state_text(self._state, self._prompt, self.reply.tok_s, self.info)
 
     def context_start(self) -> int | None:
         """The first message the model still sees, when earlier ones were left out."""
@@ -999,48 +466,16 @@ class ChatTab(QWidget):
         return sent[n_dropped].id if n_dropped < len(sent) else None
 
     def _update_status(self) -> None:
-        n = int(self.info.get("n_tokens", 0))
-        n_ctx = int(self.info.get("n_ctx", 0))
-        reserved = int(self.info.get("n_reserved", 0))
-        if n_ctx:
-            # What the model sees: the held tokens and the room kept for the reply.
-            used = min(n_ctx, n + reserved)
-            self.meter.set_figures(n, reserved, n_ctx)
-            if self._compact:
-                text = f"{used:,}/{n_ctx:,}"
-            elif reserved:
-                text = f"{n:,} / {n_ctx:,} tokens · {reserved:,} kept for the reply"
-            else:
-                text = f"{n:,} / {n_ctx:,} tokens"
-            self.meter_label.setText(text)
-            tip = f"{n:,} tokens of this conversation are in the context of {n_ctx:,}"
-            if reserved:
-                tip += f", and {reserved:,} are kept free for the reply"
-            dropped = int(self.info.get("n_dropped", 0))
-            if dropped:
-                tip += (
-                    f". The {dropped:,} oldest messages no longer fit: the model does not "
-                    "see them (the system prompt is kept)"
-                )
-            self.meter.setToolTip(tip + ".")
-            self.meter_label.setToolTip(tip + ".")
+        figures = MeterFigures.of(self.info)
+        if figures.n_ctx:
+            self.meter.set_figures(figures.n, figures.reserved, figures.n_ctx)
+            self.meter_label.setText(figures.text(self._compact))
+            tip = figures.tip()
+            self.meter.setToolTip(tip)
+            self.meter_label.setToolTip(tip)
         else:
             self.meter.set_figures(0, 0, 0)
             self.meter_label.setText("no model")
         text = self.state_text()
         self.state_label.setText(text)
-        reason = self.info.get("restore_error")
-        parked = self.info.get("parked")
-        if reason and "re-processed" in text:
-            tip = (
-                "The saved cache of this conversation could not be used, so its text is read "
-                f"again (information, nothing is lost): {reason}"
-            )
-        elif parked and "waiting for room" in text:
-            tip = (
-                "This conversation's cache is saved on disk; the context is busy with other "
-                f"chats, so it is restored when you next send here: {parked}"
-            )
-        else:
-            tip = ""
-        self.state_label.setToolTip(tip)
+        self.state_label.setToolTip(state_tip(self.info, text))

@@ -61,6 +61,7 @@ from app.settings_schema import (
     FieldSpec,
     format_bytes,
 )
+from app.ui.dialog_geometry import fit_to_screen
 from app.ui.field_editors import make_editor, read_editor, write_editor
 from app.ui.theme import colors
 
@@ -162,25 +163,9 @@ class SettingsPanel(QDialog):
     # -- size and colours ----------------------------------------------------------------
 
     def fit_to_screen(self) -> None:
-        """At most 90% of the screen's free area (the fields scroll), and inside it."""
-        screen = self.screen()
-        parent = self.parentWidget()
-        if parent is not None and parent.screen() is not None:
-            screen = parent.screen()
-        if screen is None:
-            return
-        area = screen.availableGeometry()
-        width = min(self.width(), int(area.width() * 0.9))
-        height = min(self.height(), int(area.height() * 0.9))
-        self.resize(max(width, self.minimumSizeHint().width()), height)
-        frame = self.frameGeometry()
-        x, y = frame.x(), frame.y()
-        if parent is not None and not self._fitted:  # first show: centred on the window
-            center = parent.frameGeometry().center()
-            x, y = center.x() - frame.width() // 2, center.y() - frame.height() // 2
-        x = max(area.left(), min(x, area.right() + 1 - frame.width()))
-        y = max(area.top(), min(y, area.bottom() + 1 - frame.height()))
-        self.move(x, y)
+        """At most 90% of the screen's free area (the fields scroll), and inside it;
+        centred on the window the first time."""
+        fit_to_screen(self, centre=self.parentWidget() is not None and not self._fitted)
         self._fitted = True
 
     def showEvent(self, event: QShowEvent) -> None:

@@ -1,0 +1,69 @@
+"""A chat's storage messages as the tab shows them (:func:`message_data`) and as the
+engine and the session take them (:func:`engine_messages`, :func:`chat_messages`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.errors import LlamaDeskError
+from app.session import ChatMessage
+from app.storage import Database, Message
+from app.ui.message_data import MessageData
+
+
+def message_data(db: Database, m: Message, with_siblings: bool = True) -> MessageData:
+    index, count = 1, 1
+    if with_siblings:
+        try:
+            index, count = db.sibling_position(m.id)
+        except LlamaDeskError:
+            pass
+    processed = m.meta.get("prompt_processed") if m.meta else None
+    cached = None
+    if m.prompt_tokens is not None and isinstance(processed, int):
+        cached = max(0, m.prompt_tokens - processed)
+    error = m.meta.get("error") if m.meta and m.status == "error" else None
+    meta = m.meta or {}
+    finish = meta.get("finish_reason")
+    ttft = meta.get("ttft_ms")
+    return MessageData(
+        id=m.id,
+        role=m.role,
+        content=m.content,
+        status=m.status,
+        token_count=m.token_count,
+        prompt_tokens=m.prompt_tokens,
+        tokens_per_second=m.tokens_per_second,
+        sibling_index=index,
+        sibling_count=count,
+        error=str(error) if error else None,
+        cached_tokens=cached,
+        reasoning=getattr(m, "reasoning", "") or "",
+        reasoning_ms=getattr(m, "reasoning_ms", None),
+        finish=str(finish) if finish else None,
+        ttft_ms=float(ttft) if isinstance(ttft, (int, float)) else None,
+    )
+
+
+def engine_messages(thread: list[Message]) -> list[dict[str, Any]]:
+    """The chat as the engine wants it: roles and text, without empty failed replies; an
+    assistant message's reasoning goes as ``reasoning_content`` (the template keeps or
+    drops it)."""
+    out: list[dict[str, Any]] = []
+    for m in thread:
+        if m.role == "assistant" and not m.content:
+            continue
+        message: dict[str, Any] = {"role": m.role, "content": m.content}
+        reasoning = getattr(m, "reasoning", "")
+        if m.role == "assistant" and reasoning:
+            message["reasoning_content"] = reasoning
+        out.append(message)
+    return out
+
+
+def chat_messages(thread: list[Message]) -> list[ChatMessage]:
+    """:func:`engine_messages` as the session's typed messages."""
+    return [
+        ChatMessage(m["role"], m["content"], m.get("reasoning_content", ""))
+        for m in engine_messages(thread)
+    ]

@@ -1,0 +1,42 @@
+"""What a chat tab needs from the window (:class:`TabHost`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from app.storage import Database
+
+if TYPE_CHECKING:
+    from app.session import Session
+    from app.ui.chat_tab import ChatTab
+    from app.ui.worker import EngineWorker
+
+
+class TabHost(Protocol):
+    """What a tab needs from the window."""
+
+    db: Database
+    worker: EngineWorker  # this tab's event stream: worker.stream(conversation id)
+    session: Session  # commands
+
+    def model_ready(self) -> bool: ...
+
+    def model_path(self) -> str | None: ...
+
+    def show_message(self, text: str, error: bool = True) -> None: ...
+
+    def fork_from(self, tab: ChatTab, message_id: int) -> None: ...
+
+    def conversation_changed(self, conversation_id: int) -> None: ...
+
+    def tab_state_changed(self, tab: ChatTab) -> None: ...
+
+    def context_policy(self) -> str: ...
+
+    def trained_context(self) -> int:
+        """The loaded model's training context (0: no model or unknown)."""
+        ...
+
+    def reasoning_support(self) -> tuple[bool, bool]:
+        """Whether the loaded model's template uses (the thinking toggle, the effort)."""
+        ...

@@ -1,0 +1,164 @@
+"""The reply a chat tab streams: its buffers and timing (:class:`ReplyBuffer`), and what
+its finish saves (:func:`reply_end`).
+
+The text is buffered as it comes and painted by the window's flush timer, never per token.
+A reasoning model's reply comes in two parts, its reasoning then its answer; both are kept,
+shown and saved apart.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from app.session import FinishReason, TurnResult
+
+if TYPE_CHECKING:
+    from app.ui.message_widget import MessageWidget
+
+# "Stop the reply" when full: say why it stopped, and what would go on
+CONTEXT_FULL_STOP = (
+    "The context is full, so the reply stopped here. Start a new chat, fork from "
+    "an earlier message, or set “When the context is full” to drop the oldest "
+    "messages in Conversation settings."
+)
+
+
+class ReplyBuffer:
+    """The streaming reply's text, reasoning and figures (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self, submitted_at: float = 0.0) -> None:
+        """A new turn, sent at ``submitted_at`` (perf_counter)."""
+        self.parts: list[str] = []
+        self.reasoning_parts: list[str] = []
+        self.reasoning_ms: float | None = None  # measured here when the answer starts
+        self.dirty = False
+        self.oldest_unpainted: float | None = None
+        self.error: str | None = None
+        self.gen_tokens = 0
+        self.gen_started = 0.0
+        self.submitted_at = submitted_at
+        self.first_token_ms: float | None = None
+        self.tok_s = 0.0
+
+    def start(self) -> None:
+        """The first streamed text: generation starts."""
+        self.gen_started = time.perf_counter()
+        self.first_token_ms = (self.gen_started - self.submitted_at) * 1000.0
+
+    def add_reasoning(self, text: str, n_tokens: int, sampled_at: float) -> None:
+        self.reasoning_parts.append(text)
+        self._buffered(n_tokens, sampled_at)
+
+    def add_answer(self, text: str, n_tokens: int, sampled_at: float) -> None:
+        if self.reasoning_parts and self.reasoning_ms is None:
+            self.reasoning_ms = (time.perf_counter() - self.gen_started) * 1000.0
+        self.parts.append(text)
+        self._buffered(n_tokens, sampled_at)
+
+    def _buffered(self, n_tokens: int, sampled_at: float) -> None:
+        self.gen_tokens += n_tokens
+        self.dirty = True
+        if self.oldest_unpainted is None:
+            self.oldest_unpainted = sampled_at
+
+    def settled(self) -> None:
+        """The reply is finished or dropped: nothing is left to paint."""
+        self.dirty = False
+        self.oldest_unpainted = None
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def reasoning_text(self) -> str:
+        return "".join(self.reasoning_parts)
+
+    def thinking_ms(self) -> float | None:
+        """How long the reply has thought: until its answer started, else until now."""
+        if not self.reasoning_parts:
+            return None
+        if self.reasoning_ms is not None:
+            return self.reasoning_ms
+        if not self.gen_started:
+            return None
+        return (time.perf_counter() - self.gen_started) * 1000.0
+
+    def paint(self, widget: MessageWidget | None) -> float | None:
+        """Paint the buffered text into ``widget``; returns the perf_counter time at which
+        the oldest painted text was sampled, or None (nothing new)."""
+        if not self.dirty:
+            return None
+        if widget is not None:
+            if self.reasoning_parts:
+                widget.set_reply(self.text(), self.reasoning_text(), self.reasoning_ms)
+            else:
+                widget.set_content(self.text())
+        self.dirty = False
+        painted, self.oldest_unpainted = self.oldest_unpainted, None
+        return painted
+
+    def measure_speed(self) -> None:
+        elapsed = time.perf_counter() - self.gen_started
+        if elapsed > 0.2:
+            self.tok_s = self.gen_tokens / elapsed
+
+
+@dataclass
+class ReplyEnd:
+    """A finished turn's reply as it is saved (and what is said about it)."""
+
+    text: str
+    reasoning: str
+    reasoning_ms: float | None
+    status: str  # complete, stopped or error
+    error: str | None
+    result: TurnResult
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def figures(self) -> dict[str, Any]:
+        """The keyword arguments of ``Database.finish_reply`` after the text and status."""
+        result = self.result
+        return {
+            "token_count": result.n_tokens or None,
+            "prompt_tokens": result.n_prompt or None,
+            "tokens_per_second": result.tokens_per_second or None,
+            "meta": self.meta,
+            "reasoning": self.reasoning or None,
+            "reasoning_ms": self.reasoning_ms if self.reasoning else None,
+        }
+
+
+def reply_end(result: TurnResult, reply: ReplyBuffer) -> ReplyEnd:
+    """The finished reply: the session's result, else what was streamed."""
+    reason = result.finish_reason
+    error = result.error or reply.error
+    text = result.text or reply.text()
+    reasoning = result.reasoning or reply.reasoning_text()
+    reasoning_ms = result.reasoning_ms
+    if reasoning and reasoning_ms is None:
+        reasoning_ms = reply.thinking_ms()
+    if reason is FinishReason.ABORTED:
+        status = "stopped"
+    elif reason is FinishReason.ERROR or (error and reason is not FinishReason.CONTEXT_FULL):
+        status = "error"
+    else:
+        status = "complete"
+    meta: dict[str, Any] = {
+        "finish_reason": reason.value,
+        "prompt_processed": result.n_prompt_processed,
+        "prompt_ms": round(result.prompt_ms, 1),
+        "gen_ms": round(result.gen_ms, 1),
+    }
+    if reply.first_token_ms is not None:
+        # what the user waited: from Send to the first token on screen
+        meta["ttft_ms"] = round(reply.first_token_ms, 1)
+    if error:
+        meta["error"] = error
+    if reason is FinishReason.CONTEXT_FULL and not error:
+        error = CONTEXT_FULL_STOP
+        meta["error"] = error
+    return ReplyEnd(text, reasoning, reasoning_ms, status, error, result, meta)
