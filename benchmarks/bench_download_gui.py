@@ -28,7 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.ui_latency import percentile  # noqa: E402  (after the path is set)
+from benchmarks.gap_probe import GapProbe, gap_stats, gaps_pass  # noqa: E402  (after the path is set)
 
 REPO = "bench/Big-GGUF"
 NAME = "big-Q8_0.gguf"
@@ -122,10 +122,8 @@ def main() -> int:
 def _measure(args: argparse.Namespace, source: Path) -> dict[str, Any]:
     # A GUI benchmark drives Qt itself (as benchmarks/ui_*.py do, allowed by their pattern).
     from PySide6.QtCore import (  # noqa: TID251
-        QElapsedTimer,
         QEventLoop,
         QLoggingCategory,
-        Qt,
         QTimer,
     )
     from PySide6.QtWidgets import QApplication  # noqa: TID251
@@ -163,20 +161,7 @@ def _measure(args: argparse.Namespace, source: Path) -> dict[str, Any]:
 
     updates = [0]
     downloads.changed.connect(lambda _job: updates.__setitem__(0, updates[0] + 1))
-    gaps: list[float] = []
-    clock = QElapsedTimer()
-    clock.start()
-    last = [clock.nsecsElapsed()]
-
-    def tick() -> None:
-        now = clock.nsecsElapsed()
-        gaps.append((now - last[0]) / 1e6)
-        last[0] = now
-
-    timer = QTimer()
-    timer.setTimerType(Qt.TimerType.PreciseTimer)
-    timer.setInterval(2)
-    timer.timeout.connect(tick)
+    probe = GapProbe()
 
     def state() -> str:
         views = downloads.views()
@@ -186,13 +171,11 @@ def _measure(args: argparse.Namespace, source: Path) -> dict[str, Any]:
     # on shared cores), to read the download's figures against.
     idle: list[float] = []
     if args.idle_seconds > 0:
-        last[0] = clock.nsecsElapsed()
-        timer.start()
+        probe.start()
         pause = QEventLoop()
         QTimer.singleShot(int(args.idle_seconds * 1000), pause.quit)
         pause.exec()
-        timer.stop()
-        idle, gaps[:] = gaps[1:], []
+        idle = probe.stop()[1:]
 
     loop = QEventLoop()
     poll = QTimer()
@@ -200,12 +183,11 @@ def _measure(args: argparse.Namespace, source: Path) -> dict[str, Any]:
     poll.timeout.connect(lambda: loop.quit() if state() in ("finished", "failed") else None)
     QTimer.singleShot(int(args.timeout * 1000), loop.quit)
     started = time.perf_counter()
-    last[0] = clock.nsecsElapsed()
-    timer.start()
+    probe.start()
     poll.start()
     discover.download_button.click()
     loop.exec()  # the real event loop, as app.exec() runs it
-    timer.stop()
+    gaps = probe.stop()[1:]  # the first includes the click
     poll.stop()
     elapsed = time.perf_counter() - started
     view = downloads.views()[0] if downloads.views() else None
@@ -214,7 +196,6 @@ def _measure(args: argparse.Namespace, source: Path) -> dict[str, Any]:
     discover.close()
     queue.close()
 
-    gaps = gaps[1:]  # the first includes the click
     size = source.stat().st_size
     ok = (
         view is not None
@@ -222,29 +203,17 @@ def _measure(args: argparse.Namespace, source: Path) -> dict[str, Any]:
         and landed is not None
         and landed.stat().st_size == size
     )
-    p99 = percentile(gaps, 99)
-    worst = max(gaps, default=0.0)
     return {
         "load_average_1min": round(os.getloadavg()[0], 2),
-        "idle_event_loop_gap_ms": _stats(idle),
+        "idle_event_loop_gap_ms": gap_stats(idle),
         "bytes": size,
         "state": view.state if view is not None else None,
         "message": view.message if view is not None else None,
         "seconds": round(elapsed, 2),
         "mib_per_second": round(size / elapsed / (1 << 20), 1) if elapsed else 0.0,
         "panel_updates": updates[0],
-        "event_loop_gap_ms": _stats(gaps),
-        "pass": ok and bool(gaps) and p99 < 16 and worst < 50,
-    }
-
-
-def _stats(gaps: list[float]) -> dict[str, float | int]:
-    return {
-        "max": round(max(gaps, default=0.0), 2),
-        "p99": round(percentile(gaps, 99), 2),
-        "p50": round(percentile(gaps, 50), 2),
-        "over_16ms": sum(1 for g in gaps if g > 16),
-        "samples": len(gaps),
+        "event_loop_gap_ms": gap_stats(gaps),
+        "pass": ok and gaps_pass(gaps),
     }
 
 
