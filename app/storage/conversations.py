@@ -879,6 +879,19 @@ class ConversationsMixin(DatabaseCore):
 
     # -- search --------------------------------------------------------------------------
 
+    def _search_floor(self, query: str) -> int:
+        """The lowest message id worth ranking for ``query``. bm25 costs about 1-2 us per
+        matching message; a word in most of 100,000 messages would take ~150 ms. So when
+        more than SEARCH_WINDOW messages match, only the most recent SEARCH_WINDOW of them
+        are ranked (for such common words bm25 hardly discriminates anyway, and recent
+        conversations are what people look for)."""
+        row = self._maybe_one(
+            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
+            " ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+            (query, SEARCH_WINDOW),
+        )
+        return int(row[0]) if row is not None else 0
+
     def search(
         self,
         text: str,
@@ -893,16 +906,7 @@ class ConversationsMixin(DatabaseCore):
         query = fts_query(text)
         if query is None or limit <= 0:
             return []
-        # bm25 costs about 1-2 us per matching message; a word in most of 100,000 messages
-        # would take ~150 ms. So when more than SEARCH_WINDOW messages match, only the most
-        # recent SEARCH_WINDOW of them are ranked (for such common words bm25 hardly
-        # discriminates anyway, and recent conversations are what people look for).
-        floor_row = self._maybe_one(
-            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
-            " ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-            (query, SEARCH_WINDOW),
-        )
-        floor = int(floor_row[0]) if floor_row is not None else 0
+        floor = self._search_floor(query)
         archived = "" if include_archived else " AND c.archived = 0"
         fetch = limit * 2 + 20
         while True:
@@ -962,12 +966,7 @@ class ConversationsMixin(DatabaseCore):
         query = fts_query(text)
         if query is None or limit <= 0:
             return []
-        floor_row = self._maybe_one(
-            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
-            " ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-            (query, SEARCH_WINDOW),
-        )
-        floor = int(floor_row[0]) if floor_row is not None else 0
+        floor = self._search_floor(query)
         archived = "" if include_archived else " AND c.archived = 0"
         # Ranking and picking the best per conversation in one statement: the content of
         # only the kept messages is read (for their snippets), not of every match.
