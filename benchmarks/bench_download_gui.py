@@ -28,7 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.gap_probe import GapProbe, gap_stats, gaps_pass  # noqa: E402  (after the path is set)
+from benchmarks.gap_probe import GapProbe, gap_stats, gaps_pass, spin_until  # noqa: E402  (after the path is set)
 
 REPO = "bench/Big-GGUF"
 NAME = "big-Q8_0.gguf"
@@ -129,7 +129,7 @@ def _measure(args: argparse.Namespace, source: Path) -> dict[str, Any]:
     from PySide6.QtWidgets import QApplication  # noqa: TID251
 
     QLoggingCategory.setFilterRules("qt.text.font.db.warning=false")
-    app = QApplication.instance() or QApplication([])
+    _app = QApplication.instance() or QApplication([])  # kept alive while we measure
 
     from app.ui.discover import DiscoverDialog
     from app.ui.downloads_dialog import DownloadsDialog
@@ -142,13 +142,6 @@ def _measure(args: argparse.Namespace, source: Path) -> dict[str, Any]:
     discover.show()
     queue = DownloadsDialog(downloads)
     queue.show()  # both lists repaint on every progress report
-
-    def spin_until(cond: Any, timeout: float) -> bool:
-        end = time.perf_counter() + timeout
-        while not cond() and time.perf_counter() < end:
-            app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
-            time.sleep(0.005)
-        return bool(cond())
 
     discover.search_edit.setText("big")
     discover.search()

@@ -1,4 +1,4 @@
-"""The event loop's stalls, as a user feels them: a 2 ms precise timer on the GUI thread,
+"""The event loop's stalls, as a user feels them (and waiting on it): a 2 ms precise timer on the GUI thread,
 and the gaps between its firings (a gap of 40 ms is a frame drop of 40 ms).
 
 Shared by the GUI benchmarks (ui_latency.py, bench_download_gui.py); Qt is imported when a
@@ -7,6 +7,8 @@ probe is made, after the benchmark has set up its environment.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 # The targets of the GUI benchmarks: no dropped frame for 99% of the time, no stall a
@@ -35,6 +37,17 @@ def gap_stats(gaps: list[float]) -> dict[str, float | int]:
 
 def gaps_pass(gaps: list[float]) -> bool:
     return bool(gaps) and percentile(gaps, 99) < P99_TARGET_MS and max(gaps) < MAX_TARGET_MS
+
+
+def spin_until(cond: Callable[[], object], timeout: float) -> bool:
+    """Run the Qt event loop until ``cond()`` holds or ``timeout`` seconds pass."""
+    from PySide6.QtCore import QCoreApplication, QEventLoop  # noqa: TID251
+
+    end = time.perf_counter() + timeout
+    while not cond() and time.perf_counter() < end:
+        QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
+        time.sleep(0.005)
+    return bool(cond())
 
 
 class GapProbe:

@@ -30,12 +30,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.gap_probe import GapProbe, gap_stats, gaps_pass, percentile  # noqa: E402
+from benchmarks.gap_probe import GapProbe, gap_stats, gaps_pass, percentile, spin_until  # noqa: E402
 
 
 def main() -> int:
@@ -99,13 +98,6 @@ def main() -> int:
     window.resize(1100, 720)
     window.show()
     window.start()
-
-    def spin_until(cond: Any, timeout: float) -> bool:
-        end = time.perf_counter() + timeout
-        while not cond() and time.perf_counter() < end:
-            app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
-            time.sleep(0.005)
-        return bool(cond())
 
     if not spin_until(window.model_ready, 120):
         print(json.dumps({"error": "the model did not load", "model": str(model)}))

@@ -173,3 +173,28 @@ def inspect(qtbot: Any, window: Any, tab: Any) -> ConversationSnapshot:
 
 def held_tokens(qtbot: Any, window: Any, tab: Any) -> list[int]:
     return list(inspect(qtbot, window, tab).tokens)
+
+
+@pytest.fixture
+def db(home: Path) -> Iterator[Database]:
+    """The app's database in the test's data folder."""
+    database = Database.open()
+    yield database
+    database.close()
+
+
+# Downloads that retry at once and report every chunk: the tests stay quick.
+FAST_DOWNLOADS: dict[str, float] = {
+    "backoff": 0.05,
+    "stall_timeout": 2.0,
+    "progress_interval": 0.0,
+    "max_attempts": 4,
+}
+
+
+@pytest.fixture(scope="session")
+def hub_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The file the fake Hub serves (~1.5 MB: a drop at 300 kB is in the middle)."""
+    return write_tiny_model(
+        tmp_path_factory.mktemp("hub") / "tiny.gguf", TinySpec(n_embd=256, n_ff=512, n_layer=2)
+    )

@@ -21,6 +21,7 @@ from app import paths
 from app.hub import config
 from tests.hub.fake_hub import FakeHub, Fault
 from tests.support.gguf_models import TinySpec, write_tiny_model
+from tests.ui.conftest import FAST_DOWNLOADS
 
 pytestmark = pytest.mark.qt_log_ignore(
     r"This plugin does not support propagateSizeHints", r"This plugin does not support raise"
@@ -29,15 +30,6 @@ pytestmark = pytest.mark.qt_log_ignore(
 REPO = "acme/Tiny-GGUF"
 Q8 = "tiny-Q8_0.gguf"
 Q4 = "tiny-Q4_K_M.gguf"
-FAST = {"backoff": 0.05, "stall_timeout": 2.0, "progress_interval": 0.0, "max_attempts": 4}
-
-
-@pytest.fixture(scope="module")
-def hub_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # ~1.5 MB: a drop at 300 kB is in the middle
-    return write_tiny_model(
-        tmp_path_factory.mktemp("hub") / "tiny.gguf", TinySpec(n_embd=256, n_ff=512, n_layer=2)
-    )
 
 
 @pytest.fixture
@@ -54,7 +46,7 @@ def hub(monkeypatch: pytest.MonkeyPatch, hub_gguf: Path) -> Iterator[FakeHub]:
 
 def _window(make_window: Callable[..., Any], model: Path | None = None) -> Any:
     window, _ = make_window(model=model, wait_model=model is not None)
-    window.downloads.options = dict(FAST)
+    window.downloads.options = dict(FAST_DOWNLOADS)
     return window
 
 

@@ -23,21 +23,13 @@ from app.hub.events import DownloadEvent, Failed
 from app.ui.downloads_dialog import DownloadsDialog
 from app.ui.downloads_panel import Downloads
 from tests.hub.fake_hub import FakeHub, Fault
-from tests.support.gguf_models import TinySpec, write_tiny_model
+from tests.ui.conftest import FAST_DOWNLOADS
 
 pytestmark = pytest.mark.qt_log_ignore(r"This plugin does not support propagateSizeHints")
 
 REPO = "acme/Tiny-GGUF"
 Q8 = "tiny-Q8_0.gguf"
 DROP = 300_000
-FAST = {"backoff": 0.05, "stall_timeout": 2.0, "progress_interval": 0.0, "max_attempts": 4}
-
-
-@pytest.fixture(scope="module")
-def hub_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_model(
-        tmp_path_factory.mktemp("hub") / "tiny.gguf", TinySpec(n_embd=256, n_ff=512, n_layer=2)
-    )
 
 
 @pytest.fixture
@@ -79,7 +71,7 @@ def test_unfinished_downloads_are_listed_paused_at_start_and_resume_on_click(
 
     # The next start: the window's queue lists it, paused, with its progress.
     downloads = Downloads()
-    downloads.options = dict(FAST)
+    downloads.options = dict(FAST_DOWNLOADS)
     dialog = DownloadsDialog(downloads)
     qtbot.addWidget(dialog)
     dialog.show()
@@ -124,7 +116,7 @@ def test_cancel_of_an_unfinished_download_deletes_its_partial_file(
     parts = list(config.downloads_dir().glob("*/*.part*"))
     assert len(parts) == 2  # the partial file and its sidecar
     downloads = Downloads()
-    downloads.options = dict(FAST)
+    downloads.options = dict(FAST_DOWNLOADS)
     dialog = DownloadsDialog(downloads)
     qtbot.addWidget(dialog)
     dialog.show()
@@ -143,7 +135,7 @@ def test_cancel_of_an_unfinished_download_deletes_its_partial_file(
 
 def test_the_dialog_shares_the_queue_and_asks_for_discover(qtbot: QtBot, hub: FakeHub) -> None:
     downloads = Downloads()
-    downloads.options = dict(FAST)
+    downloads.options = dict(FAST_DOWNLOADS)
     dialog = DownloadsDialog(downloads)
     qtbot.addWidget(dialog)
     dialog.show()

@@ -23,13 +23,6 @@ TIMEOUT_MS = 10_000
 
 
 @pytest.fixture
-def db(home: Path) -> Iterator[Database]:
-    database = Database.open()
-    yield database
-    database.close()
-
-
-@pytest.fixture
 def sidebar(qtbot: QtBot, db: Database) -> Iterator[Sidebar]:
     widget = Sidebar(db)
     widget.transfers.native_dialogs = False

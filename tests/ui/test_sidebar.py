@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -63,13 +62,6 @@ def add(db: Database, *conversations: dict[str, Any]) -> list[int]:
     """Conversations at chosen times, through the public import (timestamps kept)."""
     data = {"format": FORMAT, "version": FORMAT_VERSION, "conversations": list(conversations)}
     return import_json(db, data)
-
-
-@pytest.fixture
-def db(home: Path) -> Iterator[Database]:
-    database = Database.open()
-    yield database
-    database.close()
 
 
 @pytest.fixture
