@@ -127,7 +127,7 @@ class Residency:
         if len(state.tokens) >= ctx.n_ctx_seq:
             return Fit.TOO_LONG
         idle_now = self._h.table.idle_resident_lru(exclude={seq.key}) if evict else []
-        if self.free_cells(seq) + self._cells_freed_by(idle_now, seq) < len(state.tokens):
+        if self.free_cells(seq, leaving=idle_now) < len(state.tokens):
             # Busy tabs hold the room: parking every idle tab would not make enough.
             return Fit.NO_ROOM
         while self.free_cells(seq) < len(state.tokens):
@@ -154,23 +154,19 @@ class Residency:
         seq.tokens = list(state.tokens)
         return Fit.RESTORED
 
-    def _cells_freed_by(self, leaving: list[Sequence], seq: Sequence) -> int:
-        """How many more cells ``seq`` may fill once ``leaving`` are evicted (in a split or
-        recurrent cache, others leaving frees none of its share)."""
-        ctx = self._h.need_ctx()
-        if self._h.traits.family is CacheFamily.RECURRENT or not ctx.settings.kv_unified:
-            return 0
-        return sum(len(s.tokens) for s in leaving if s.seq_id is not None)
-
-    def free_cells(self, seq: Sequence) -> int:
-        """Cells ``seq`` may fill: its own share in a split cache; in a unified one, what the
-        other resident sequences do not hold (cells shared by a fork are counted twice, so
-        this errs on the side of no room). A recurrent-only cache has one state per slot."""
+    def free_cells(self, seq: Sequence, leaving: Collection[Sequence] = ()) -> int:
+        """Cells ``seq`` may fill (once ``leaving`` are evicted): its own share in a split
+        cache; in a unified one, what the other resident sequences do not hold (cells shared
+        by a fork are counted twice, so this errs on the side of no room). A recurrent-only
+        cache has one state per slot."""
         ctx = self._h.need_ctx()
         if self._h.traits.family is CacheFamily.RECURRENT or not ctx.settings.kv_unified:
             return ctx.n_ctx_seq
+        gone = {s.key for s in leaving}
         others = sum(
-            len(s.tokens) for s in self._h.table.resident() if s is not seq and s.seq_id is not None
+            len(s.tokens)
+            for s in self._h.table.resident()
+            if s is not seq and s.seq_id is not None and s.key not in gone
         )
         return max(0, ctx.n_ctx - others)
 
