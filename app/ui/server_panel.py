@@ -47,7 +47,6 @@ from app.ui.theme import colors
 __all__ = ["LOG_COLUMNS", "ServerPanel", "install_server_menu", "lan_address"]
 
 LOG_COLUMNS = ("Time", "Client", "Endpoint", "Tokens in", "Cached", "Out", "Tokens/s", "Status")
-TAB_SYNC_MS = 300  # how often the open tabs are re-read while the server runs
 
 
 def lan_address() -> str | None:
@@ -281,11 +280,8 @@ class _WindowLink(QObject):
         self.window = window
         self.controller = controller
         self.panel: ServerPanel | None = None
-        # The window has no "tab opened/closed" signal: re-read its tabs while serving
-        # (a dict lookup); set_open_conversations from the window makes it immediate.
-        self.timer = QTimer(self)
-        self.timer.setInterval(TAB_SYNC_MS)
-        self.timer.timeout.connect(self.sync_tabs)
+        # The window tells the controller when a tab opens or closes
+        # (set_open_conversations); at start the controller learns the tabs open already.
         controller.statusChanged.connect(self._on_status)
         window.worker.sessionEvent.connect(self._on_session_event)
 
@@ -295,11 +291,8 @@ class _WindowLink(QObject):
 
     @Slot(object)
     def _on_status(self, status: ServerStatus) -> None:
-        if status.state in (ServerState.STARTING, ServerState.RUNNING):
+        if status.state is ServerState.STARTING:
             self.sync_tabs()
-            self.timer.start()
-        else:
-            self.timer.stop()
 
     @Slot(object)
     def _on_session_event(self, event: object) -> None:
