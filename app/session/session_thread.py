@@ -164,13 +164,3 @@ class SessionThread(Generic[C]):
                 return
             block = False
             self._worker.handle(command)
-
-
-def session_thread_functions(obj: object) -> list[str]:
-    """The names of ``obj``'s methods marked :func:`on_session_thread` (for tests and
-    readers: which of a room's functions are the session thread's)."""
-    return sorted(
-        name
-        for name in dir(type(obj))
-        if getattr(getattr(type(obj), name, None), "__session_thread__", False)
-    )
