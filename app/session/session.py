@@ -94,9 +94,10 @@ class Session:
         loader: EngineLoader | None = None,
     ) -> None:
         """``store``: state files (None: caches are not persisted). ``database``: where
-        streaming replies are saved (a connection is cloned on the session thread; None:
-        not saved). ``loader``: how models are loaded (default: llama.cpp in this
-        process)."""
+        the session records messages (:meth:`answer`) and saves replies while they
+        stream (a connection is cloned on the session thread; None: nothing is
+        recorded). ``loader``: how models are loaded (default: llama.cpp in this process;
+        a remote engine's loader plugs in here)."""
         self._registry = registry = Registry()
         self._outbox = outbox = Outbox(registry)
         records = SessionRecords(database)
