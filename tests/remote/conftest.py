@@ -135,7 +135,9 @@ class RemoteChat:
         parent = thread[-1].id if thread else None
         return self.session.answer(cid, parent, text)
 
-    def wait(self, future: Any, events: queue.SimpleQueue[Any], timeout: float = TURN_TIMEOUT_S) -> Turn:
+    def wait(
+        self, future: Any, events: queue.SimpleQueue[Any], timeout: float = TURN_TIMEOUT_S
+    ) -> Turn:
         recorded = future.result(timeout=timeout)
         failed: str | None = None
         text: list[str] = []
@@ -149,7 +151,9 @@ class RemoteChat:
             elif isinstance(event, ev.PromptProgressed):
                 progress.append((event.done, event.total))
             elif isinstance(event, ev.TurnFinished) and event.turn_id == recorded.turn_id:
-                return Turn(event.result, failed, recorded.reply_message_id, "".join(text), progress)
+                return Turn(
+                    event.result, failed, recorded.reply_message_id, "".join(text), progress
+                )
 
     def turn(self, cid: int, events: queue.SimpleQueue[Any], text: str) -> Turn:
         return self.wait(self.send(cid, text), events)

@@ -36,6 +36,7 @@ class Seen:
 class StubState:
     kind: str = "openai"  # openai | ollama | vllm
     vllm_prompt_details: bool = False
+    api_key: str | None = None  # requests without "Bearer KEY" get a 401
     requests: list[Seen] = field(default_factory=list)
     once: set[str] = field(default_factory=set)  # faults already given once
     last_prompt: str = ""  # to count the "cached" prefix as a server would
@@ -59,9 +60,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _refused(self) -> bool:
+        key = self.server.state.api_key
+        if key is not None and self.headers.get("Authorization") != f"Bearer {key}":
+            self._json(401, {"error": {"message": "Invalid API key", "type": "auth"}})
+            return True
+        return False
+
     def do_GET(self) -> None:
         state = self.server.state
         state.requests.append(Seen(self.path, dict(self.headers), None))
+        if self._refused():
+            return
         if self.path == "/v1/models":
             owner = {"openai": "system", "ollama": "library", "vllm": "vllm"}[state.kind]
             model: dict[str, Any] = {"id": "stub-model", "object": "model", "owned_by": owner}
@@ -80,6 +90,8 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"null")
         state.requests.append(Seen(self.path, dict(self.headers), body))
+        if self._refused():
+            return
         if self.path != "/v1/chat/completions":
             self._json(404, {"error": {"message": "Not found"}})
             return
@@ -157,13 +169,25 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     state: StubState
 
+    def __init__(self, address: tuple[str, int]) -> None:
+        super().__init__(address, _Handler)
+        self.open_connections: set[socket.socket] = set()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self.open_connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        self.open_connections.discard(request)
+        super().shutdown_request(request)
+
 
 class StubServer:
     """See the module docstring; ``port`` 0 takes a free one."""
 
     def __init__(self, kind: str = "openai", port: int = 0, **options: Any) -> None:
         self.state = StubState(kind=kind, **options)
-        self._server = _Server(("127.0.0.1", port), _Handler)
+        self._server = _Server(("127.0.0.1", port))
         self._server.state = self.state
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
@@ -183,3 +207,8 @@ class StubServer:
         self.state.hang_release.set()
         self._server.shutdown()
         self._server.server_close()
+        for conn in list(self._server.open_connections):  # a server that is gone is gone
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass

@@ -84,9 +84,7 @@ def test_vllm_cached_tokens_only_with_prompt_details(
     engine = chat.loader.engine
     assert engine is not None and engine.traits.kind is ServerKind.VLLM
     assert engine.traits.n_ctx == 4096  # max_model_len
-    assert chat.loaded is not None and "enable-prompt-tokens-details" in (
-        chat.loaded.warning or ""
-    )
+    assert chat.loaded is not None and "enable-prompt-tokens-details" in (chat.loaded.warning or "")
     cid, events = chat.new_conversation()
     chat.turn(cid, events, "One")
     turn = chat.turn(cid, events, "Two")
