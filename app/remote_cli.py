@@ -32,6 +32,40 @@ WAIT_S = 0.1
 def add_run_args(parser: argparse.ArgumentParser) -> None:
     """``run``'s remote flags."""
     group = parser.add_argument_group("remote engine (a turn answered by another server)")
+    _add_connection_args(group)
+    group.add_argument(
+        "--conversation",
+        type=int,
+        metavar="ID",
+        help="go on with this stored conversation (with --remote)",
+    )
+
+
+def add_serve_args(parser: argparse.ArgumentParser) -> None:
+    """``serve``'s remote flags: this server becomes a front for another one."""
+    group = parser.add_argument_group(
+        "remote engine (serve another server's model: named conversations, the request log)"
+    )
+    _add_connection_args(group)
+
+
+def serve_loader(args: argparse.Namespace) -> Any:
+    """``serve --remote URL``: the :class:`~app.remote.RemoteLoader` (None: serve a local
+    model), after refusing what needs a local model."""
+    from app.remote import RemoteLoader
+
+    if args.remote is None:
+        return None
+    if args.model is not None:
+        raise LlamaDeskError(
+            "With --remote there is no model file: name the remote model with --remote-model."
+        )
+    if args.embeddings:
+        raise LlamaDeskError("--embeddings works with a local model only, not with --remote.")
+    return RemoteLoader(_connection(args))
+
+
+def _add_connection_args(group: Any) -> None:
     group.add_argument(
         "--remote",
         metavar="URL",
@@ -59,12 +93,6 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="SECONDS",
         help="give a reply up when the server sends nothing for this long (default 300)",
-    )
-    group.add_argument(
-        "--conversation",
-        type=int,
-        metavar="ID",
-        help="go on with this stored conversation (with --remote)",
     )
 
 

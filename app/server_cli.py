@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app import remote_cli
 from app.engine_cli import add_schema_args, context_settings, default_model_path
 from app.settings_schema import CONTEXT_FIELDS
 
@@ -71,6 +72,7 @@ def register(sub: Any) -> None:
         help="keep API conversations and caches in memory only (not in the app's database)",
     )
     add_schema_args(p.add_argument_group("context"), SERVE_CONTEXT)
+    remote_cli.add_serve_args(p)  # serve --remote URL: app/remote_cli.py
     p.set_defaults(func=cmd_serve)
 
 
@@ -88,7 +90,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         model_alias=args.alias,
     )
     config.validate()
-    path = Path(args.model) if args.model else default_model_path()
+    loader = remote_cli.serve_loader(args)  # None: a local model
+    path: Path | str = Path(args.model) if args.model else ""
+    if loader is not None:
+        path = args.remote_model or ""  # the model's name on the remote server
+    elif not args.model:
+        path = default_model_path()
     n_seq = config.resident + config.parallel
     if args.embeddings:
         # The engine's embeddings abort in ggml (GGML_ASSERT ggml_can_mul_mat) when
@@ -98,7 +105,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = context_settings(args, n_seq)
     if args.embeddings:
         settings.embeddings = True
-    runner = ServerRunner(path, settings, config, persist=not args.no_persist)
+    runner = ServerRunner(path, settings, config, persist=not args.no_persist, loader=loader)
     loaded = runner.start(background=True)  # /health answers "loading" meanwhile
 
     def on_signal(signum: int, frame: Any) -> None:

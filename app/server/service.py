@@ -139,6 +139,10 @@ class Admission:
 
 
 class ApiService:
+    # False: a front for a remote engine (``serve --remote``): chat prompts are not
+    # tokenized here; the remote server counts and checks them.
+    local_tokens = True
+
     def __init__(
         self,
         session: Session,
@@ -435,6 +439,8 @@ class ApiService:
 
     def _prompt_tokens(self, req: GenerationRequest) -> tuple[int, ...]:
         if isinstance(req, ChatRequest):
+            if not self.local_tokens:
+                return ()
             return self._call(lambda e: tuple(_tokenize_chat(e, req)))
         assert isinstance(req, CompletionRequest)
         if req.prompt_tokens is not None:
@@ -494,7 +500,7 @@ class ApiService:
             tokens = self._prompt_tokens(req)
             n_ctx = model.n_ctx_seq
             n_prompt = len(tokens)
-            if n_prompt >= n_ctx:
+            if self.local_tokens and n_prompt >= n_ctx:
                 raise ApiError(
                     400,
                     f"The prompt has {n_prompt} tokens; this server's context holds {n_ctx} "
@@ -503,7 +509,7 @@ class ApiService:
                     code="context_length_exceeded",
                 )
             max_tokens = req.sampling.max_tokens
-            if req.max_tokens_given and n_prompt + max_tokens > n_ctx:
+            if self.local_tokens and req.max_tokens_given and n_prompt + max_tokens > n_ctx:
                 raise ApiError(
                     400,
                     f"The context holds {n_ctx} tokens; the request asks for {n_prompt + max_tokens} "

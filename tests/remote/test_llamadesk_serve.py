@@ -51,7 +51,9 @@ def test_run_remote_stores_and_continues_with_a_warm_cache(
     assert chats.returncode == 0
     assert any(line.split("\t")[0] == str(cid) for line in chats.stdout.splitlines())
 
-    second = run_json(home, "--remote", llamadesk_server.url, "--conversation", str(cid), "the cache")
+    second = run_json(
+        home, "--remote", llamadesk_server.url, "--conversation", str(cid), "the cache"
+    )
     assert second["conversation_id"] == cid
     assert second["cached_tokens"] > 0
     # only the new suffix was read again
@@ -69,7 +71,9 @@ def test_run_remote_refuses_what_needs_a_local_model(tmp_path: Path) -> None:
     assert done.returncode == 2 and "through --remote URL" in done.stderr
     done = llamadesk(tmp_path, "run", "--remote", "http://192.0.2.1:8080", "hi")
     assert done.returncode == 2 and "--remote-allow-insecure-http" in done.stderr
-    done = llamadesk(tmp_path, "run", "--remote", "http://127.0.0.1:9", "--conversation", "77", "hi")
+    done = llamadesk(
+        tmp_path, "run", "--remote", "http://127.0.0.1:9", "--conversation", "77", "hi"
+    )
     assert done.returncode == 2 and "Conversation 77 does not exist" in done.stderr
 
 
