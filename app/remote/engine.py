@@ -208,6 +208,10 @@ class RemoteEngine:
         """The server slot the conversation is pinned to (None: no slots)."""
         return self._seq(key).slot
 
+    def pinned_slots(self) -> list[int | None]:
+        """Every open conversation's slot, in the order they were opened (diagnostics)."""
+        return [seq.slot for _, seq in sorted(list(self._seqs.items()))]
+
     def status(self, key: int) -> SequenceView:
         seq = self._seq(key)
         busy = seq.turn is not None
