@@ -8,7 +8,9 @@ message says chooses a fault, so that one server can fail one conversation and a
 another: ``[401]``/``[404]``/``[429]``/``[500]`` (that status), ``[429-once]`` (a 429 with
 ``Retry-After: 0.2`` once, then an answer), ``[drop]`` (the connection closes after two
 pieces), ``[malformed]`` (a piece that is no JSON), ``[hang]`` (headers, then nothing),
-``[slow]`` (a piece every 0.2 s), ``[not-sse]`` (a JSON answer where a stream was asked).
+``[slow]`` (a piece every 0.2 s), ``[not-sse]`` (a JSON answer where a stream was asked);
+and the reasoning: ``[think]`` (``<think>…</think>`` in the text, for the splitter),
+``[reasoning]`` (``delta.reasoning_content`` first, as llama-server and vLLM send it).
 Every request is kept in :attr:`StubServer.requests` (path, headers, body).
 """
 
@@ -135,6 +137,13 @@ class _Handler(BaseHTTPRequestHandler):
                 break
             cached += 1
         state.last_prompt = prompt
+        if "[think]" in last:
+            for text in ("<think>", "let me ", "see", "</think>"):
+                self._piece(json.dumps({"choices": [{"index": 0, "delta": {"content": text}}]}))
+        if "[reasoning]" in last:
+            for text in ("let me ", "see"):
+                delta = {"reasoning_content": text}
+                self._piece(json.dumps({"choices": [{"index": 0, "delta": delta}]}))
         for i, text in enumerate(REPLY):
             if "[drop]" in last and i == 2:
                 self.connection.shutdown(socket.SHUT_RDWR)

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import queue
+import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from app.engine import ContextSettings, SamplingParams
 from app.remote import ServerKind
-from app.session import FinishReason
+from app.session import ChatMessage, FinishReason, Session
+from app.session import events as ev
 from tests.remote.conftest import RemoteChat
 from tests.remote.stub_server import REPLY, StubServer
 
@@ -91,3 +97,53 @@ def test_vllm_cached_tokens_only_with_prompt_details(
     cached = turn.result.n_prompt - turn.result.n_prompt_processed
     assert (cached > 0) is details
     assert engine.reports_cached is details
+
+
+@pytest.mark.parametrize("how", ["[think]", "[reasoning]"])
+def test_reasoning_is_split_from_the_answer(
+    stub: MakeStub, remote_chat: MakeChat, how: str
+) -> None:
+    """``reasoning_content`` goes to the reasoning; tags in the text go through the app's
+    splitter (the server did not parse them)."""
+    chat = remote_chat(stub("openai").url)
+    cid, events = chat.new_conversation()
+    turn = chat.turn(cid, events, f"think first {how}")
+    assert turn.result.reasoning == "let me see"
+    assert turn.result.text == "".join(REPLY)
+    assert turn.result.reasoning_ms is not None
+    reply = chat.db.get_thread(cid)[-1]
+    assert (reply.content, reply.reasoning) == ("".join(REPLY), "let me see")
+
+
+def test_a_remote_and_a_local_session_generate_at_the_same_time(
+    stub: MakeStub, remote_chat: MakeChat, tiny_model: Path
+) -> None:
+    """The remote turn streams on its own threads: a local session's turn runs meanwhile."""
+    chat = remote_chat(stub("openai").url)
+    local = Session(stream_interval_s=0.0, name="local")
+    local_events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    local.subscribe_session(local_events.put)
+    local.subscribe(1, local_events.put)
+    try:
+        local.load_model(str(tiny_model), ContextSettings(n_ctx=1024, n_threads=1))
+        while not isinstance(event := local_events.get(timeout=60), ev.ModelLoaded):
+            assert not isinstance(event, ev.ModelLoadFailed), event
+        cid, events = chat.new_conversation()
+        remote_future = chat.send(cid, "slowly [slow]")
+        time.sleep(0.3)  # the remote reply is under way
+        local_turn = local.submit(
+            1, [ChatMessage("user", "hello")], sampling=SamplingParams(max_tokens=8)
+        )
+        local_done_at = 0.0
+        while True:
+            event = local_events.get(timeout=60)
+            if isinstance(event, ev.TurnFinished) and event.turn_id == local_turn:
+                local_done_at = time.monotonic()
+                break
+        remote = chat.wait(remote_future, events)
+        remote_done_at = time.monotonic()
+        assert remote.failed is None and remote.result.text == "".join(REPLY)
+        assert local_done_at < remote_done_at  # the local turn did not wait for the remote
+    finally:
+        local.shutdown()
+        local.join(30)
