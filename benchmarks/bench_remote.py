@@ -1,6 +1,6 @@
 """LlamaDesk's remote engine against the same HTTP client talking to the server directly.
 
-A 10-turn agent-style conversation (each turn a tool result of ~100 words, the whole
+A 10-turn agent-style conversation (each turn a tool result of 40 words, ~200 tokens, the whole
 history re-sent each turn, greedy replies of ``--n-gen`` tokens) is run twice per round on
 the same server: once by a bare httpx2 client posting the streamed chat completion itself
 ("direct"), once through a :class:`~app.session.Session` on the
@@ -57,7 +57,7 @@ WORDS = (
 
 
 def tool_output(turn: int) -> str:
-    words = [WORDS[(turn * 7 + i) % len(WORDS)] for i in range(100)]
+    words = [WORDS[(turn * 7 + i) % len(WORDS)] for i in range(40)]
     return f"Tool result {turn}: " + " ".join(words)
 
 
@@ -77,7 +77,8 @@ def direct_turn(
     usage: dict[str, Any] = {}
     text: list[str] = []
     with client.stream("POST", f"{url}/v1/chat/completions", json=body) as reply:
-        reply.raise_for_status()
+        if reply.status_code != 200:
+            raise SystemExit(f"{url}: HTTP {reply.status_code}: {reply.read().decode()[:300]}")
         for event in httpx2.EventSource(reply):
             if event.data == "[DONE]":
                 break
@@ -260,7 +261,7 @@ def main() -> int:
         out["llama-server"] = f"not built ({binary}): run benchmarks/bench_server.py --build-only"
     else:
         port = free_port()
-        argv = [str(binary), "-m", str(model), "--port", str(port), *common, "--parallel", "2"]
+        argv = [str(binary), "-m", str(model), "--port", str(port), *common, "--parallel", "1"]
         argv += ["--no-webui"]
         out["llama-server"] = compare(
             lambda: Server("llama-server", argv, port, dict(os.environ)),

@@ -31,7 +31,6 @@ from app.engine import (
     Completion,
     ContextSettings,
     Finished,
-    ModelInfo,
     PromptProgress,
     SamplingParams,
     SequenceFailed,
@@ -42,8 +41,8 @@ from app.engine.context_policy import ContextFullPolicy
 from app.engine.reasoning import Channel, ReasoningFormat, detect_format
 from app.errors import LlamaDeskError
 from app.remote.connection import RemoteConnection
-from app.remote.probe import ServerTraits
-from app.remote.turn import Ended, Progressed, RemoteTurn, Streamed, TurnEvent
+from app.remote.probe import ServerTraits, loaded_model
+from app.remote.turn import Ended, Line, Progressed, RemoteTurn, Streamed, TurnEvent
 from app.remote.wire import chat_body, finish_reason
 from app.session.engine_port import (
     Capability,
@@ -71,6 +70,7 @@ SHUTDOWN_JOIN_S = 2.0  # how long closing waits for the workers' streams to clos
 @dataclass
 class _Seq:
     slot: int | None
+    line: Line
     policy: ContextFullPolicy | None = None
     n_tokens: int = 0  # prompt + reply of the last turn, as the server counted them
     turn: RemoteTurn | None = None
@@ -86,10 +86,16 @@ class RemoteEngine:
 
     capabilities = Capability.NONE
 
-    def __init__(self, conn: RemoteConnection, traits: ServerTraits, client: httpx2.Client) -> None:
+    def __init__(
+        self,
+        conn: RemoteConnection,
+        traits: ServerTraits,
+        new_client: Callable[[], httpx2.Client],
+    ) -> None:
+        """``new_client``: a client for one conversation's connection."""
         self.conn = conn
         self.traits = traits
-        self._client = client
+        self._new_client = new_client
         self._seqs: dict[int, _Seq] = {}
         self._keys = itertools.count(1)
         self._pieces = itertools.count()  # a number per streamed piece (the rate counts them)
@@ -123,43 +129,7 @@ class RemoteEngine:
         return f"{self.traits.kind.value} on {self.conn.label}"
 
     def describe(self) -> LoadedModel:
-        traits = self.traits
-        n_ctx = traits.n_ctx or 0
-        info = ModelInfo(
-            path=traits.model,
-            size_bytes=0,
-            architecture="remote",
-            name=traits.model,
-            n_params=0,
-            file_type=traits.kind.value,
-            n_ctx_train=n_ctx,
-            n_layer=0,
-            n_embd=0,
-            n_head=0,
-            n_head_kv=0,
-            head_dim_k=0,
-            head_dim_v=0,
-            n_vocab=0,
-            tokenizer="remote",
-            chat_template=traits.chat_template,
-            bos_token="",
-            eos_token="",
-            bos_token_id=-1,
-            eos_token_id=-1,
-            has_encoder=False,
-        )
-        return LoadedModel(
-            info=info,
-            settings=ContextSettings(),
-            fingerprint=self.fingerprint,
-            model_bytes=0,
-            kv_bytes=0,
-            n_ctx=n_ctx,
-            n_ctx_seq=n_ctx,
-            supports_thinking_toggle=False,
-            supports_effort=False,
-            engine=self.engine_name,
-        )
+        return loaded_model(self.traits, self.fingerprint, self.engine_name)
 
     def memory(self) -> EngineMemory:
         return EngineMemory(n_ctx=self.traits.n_ctx or 0)
@@ -187,13 +157,18 @@ class RemoteEngine:
 
     def open(self) -> int:
         key = next(self._keys)
-        self._seqs[key] = _Seq(self._free_slot())
+        self._seqs[key] = _Seq(self._free_slot(), Line(self._new_client()))
         return key
 
     def close(self, key: int) -> None:
         seq = self._seqs.pop(key, None)
-        if seq is not None and seq.turn is not None:
+        if seq is None:
+            return
+        if seq.turn is not None:
+            seq.line.close_after_turn()  # the worker may still be in the client
             seq.turn.cancel()  # the server frees the slot when the stream closes
+        else:
+            seq.line.client.close()
 
     def cut(self, key: int) -> None:
         self._seq(key).n_tokens = 0  # the server's cache follows the prompt it is sent
@@ -245,7 +220,7 @@ class RemoteEngine:
             assert turn is not None
             self._inbox.put((turn, event))
 
-        turn = RemoteTurn(key, self._client, self.conn, body, sink, self._reasoning)
+        turn = RemoteTurn(key, seq.line, self.conn, body, sink, self._reasoning)
         seq.turn = turn
         seq.answer, seq.reasoning = [], []
         seq.reasoning_start = seq.reasoning_end = 0.0
@@ -398,11 +373,14 @@ class RemoteEngine:
     def shutdown(self) -> None:
         """Close every stream and the connection pool (bounded)."""
         self._closed = True
-        turns = [s.turn for s in self._seqs.values() if s.turn is not None]
+        seqs = list(self._seqs.values())
         self._seqs.clear()
-        for turn in turns:
-            turn.cancel()
+        for seq in seqs:
+            if seq.turn is not None:
+                seq.turn.cancel()
         deadline = time.perf_counter() + SHUTDOWN_JOIN_S
-        for turn in turns:
-            turn.join(max(0.0, deadline - time.perf_counter()))
-        self._client.close()
+        for seq in seqs:
+            if seq.turn is None or seq.turn.join(max(0.0, deadline - time.perf_counter())):
+                seq.line.client.close()
+            else:
+                seq.line.close_after_turn()

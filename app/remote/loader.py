@@ -18,6 +18,17 @@ from app.remote.probe import probe
 from app.session.engine_port import Loaded, Progress
 
 
+def new_client(conn: RemoteConnection, keep_alive: int) -> httpx2.Client:
+    """A client for ``conn``; a conversation's has one connection, kept alive between its
+    turns (so its socket is the one its next turn uses: see :class:`~app.remote.turn.Line`)."""
+    return httpx2.Client(
+        headers=conn.headers(),
+        timeout=httpx2.Timeout(conn.read_timeout_s, connect=conn.connect_timeout_s),
+        limits=httpx2.Limits(max_connections=keep_alive, max_keepalive_connections=keep_alive),
+        follow_redirects=False,
+    )
+
+
 class RemoteLoader:
     """See the module docstring. ``engine`` is the last engine it loaded (a client such as
     the command line reads what the server reported from it after a turn)."""
@@ -44,18 +55,10 @@ class RemoteLoader:
                 conn.max_retry_after_s,
             )
         conn.validate()
-        client = httpx2.Client(
-            headers=conn.headers(),
-            timeout=httpx2.Timeout(conn.read_timeout_s, connect=conn.connect_timeout_s),
-            follow_redirects=False,
-        )
-        try:
+        with new_client(conn, keep_alive=1) as client:
             traits = probe(client, conn)
-        except BaseException:
-            client.close()
-            raise
         progress(1.0)
-        engine = RemoteEngine(conn, traits, client)
+        engine = RemoteEngine(conn, traits, lambda: new_client(conn, keep_alive=1))
         self.engine = engine
         notes = traits.unavailable()
         return Loaded(engine, " ".join(notes) if notes else None)

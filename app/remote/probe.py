@@ -25,8 +25,10 @@ from typing import Any
 
 import httpx2
 
+from app.engine import ContextSettings, ModelInfo
 from app.remote.connection import PROBE_TIMEOUT_S, RemoteConnection
 from app.remote.faults import FaultKind, RemoteError, RemoteFault, status_fault, transport_fault
+from app.session.types import LoadedModel
 
 
 class ServerKind(enum.Enum):
@@ -182,3 +184,44 @@ def probe(client: httpx2.Client, conn: RemoteConnection) -> ServerTraits:
             kind=ServerKind.OLLAMA, models=names, model=model, version=ollama["version"]
         )
     return ServerTraits(kind=ServerKind.OPENAI, models=names, model=model)
+
+
+def loaded_model(traits: ServerTraits, fingerprint: str, engine: str) -> LoadedModel:
+    """What the session says is loaded: the remote model by name, the context the server
+    gives each conversation (0: it does not say), no file, no local memory."""
+    n_ctx = traits.n_ctx or 0
+    info = ModelInfo(
+        path=traits.model,
+        size_bytes=0,
+        architecture="remote",
+        name=traits.model,
+        n_params=0,
+        file_type=traits.kind.value,
+        n_ctx_train=n_ctx,
+        n_layer=0,
+        n_embd=0,
+        n_head=0,
+        n_head_kv=0,
+        head_dim_k=0,
+        head_dim_v=0,
+        n_vocab=0,
+        tokenizer="remote",
+        chat_template=traits.chat_template,
+        bos_token="",
+        eos_token="",
+        bos_token_id=-1,
+        eos_token_id=-1,
+        has_encoder=False,
+    )
+    return LoadedModel(
+        info=info,
+        settings=ContextSettings(),
+        fingerprint=fingerprint,
+        model_bytes=0,
+        kv_bytes=0,
+        n_ctx=n_ctx,
+        n_ctx_seq=n_ctx,
+        supports_thinking_toggle=False,
+        supports_effort=False,
+        engine=engine,
+    )

@@ -6,8 +6,12 @@ engine's queue, read by its ``step`` on the session thread). It never blocks the
 thread, and it ends with exactly one :class:`Ended`.
 
 :meth:`RemoteTurn.cancel` (any thread) closes the stream: the socket is shut down so
-that a read waiting for the server returns at once, which is how an OpenAI-compatible
-server learns that the client gave up (llama-server then frees the slot).
+that a read waiting for the server returns at once (closing a socket does not wake a
+thread blocked on it), which is how an OpenAI-compatible server learns that the client
+gave up (llama-server then frees the slot). To know the socket also while the request
+waits for the response's headers (a long prompt), each conversation has a
+:class:`Line` of its own: one kept-alive connection, whose socket httpcore's ``trace``
+extension reports when it connects.
 
 Retries only where the turn cannot run twice: a connection that failed before the request
 was sent, and one 429 whose ``Retry-After`` is within the connection's bound.
@@ -64,27 +68,62 @@ class Ended:
 TurnEvent = Streamed | Progressed | Ended
 
 
+class Line:
+    """One conversation's connection to the server: an httpx2 client of one kept-alive
+    connection, and that connection's socket (to interrupt a read from another thread)."""
+
+    def __init__(self, client: httpx2.Client) -> None:
+        self.client = client
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._close_after_turn = False
+
+    def trace(self, name: str, info: dict[str, Any]) -> None:
+        """httpcore's trace extension: keeps the socket of each new connection."""
+        if name in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+            stream = info.get("return_value")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if isinstance(sock, socket.socket):
+                with self._lock:
+                    self._sock = sock
+
+    def interrupt(self) -> None:
+        """Shut the connection down (any thread): a read blocked on it returns at once."""
+        with self._lock:
+            sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+
+    def close_after_turn(self) -> None:
+        self._close_after_turn = True
+
+    def turn_ended(self) -> None:
+        if self._close_after_turn:
+            self.client.close()
+
+
 class RemoteTurn:
     """See the module docstring."""
 
     def __init__(
         self,
         key: int,
-        client: httpx2.Client,
+        line: Line,
         conn: RemoteConnection,
         body: dict[str, Any],
         sink: Callable[[TurnEvent], None],
         reasoning: ReasoningFormat,
     ) -> None:
         self.key = key
-        self._client = client
+        self._line = line
         self._conn = conn
         self._body = body
         self._sink = sink
         self._splitter = ReasoningSplitter(reasoning)
         self._cancelled = threading.Event()
-        self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
         self._first_at = 0.0
         self._last_at = 0.0
         self._n_pieces = 0
@@ -96,13 +135,7 @@ class RemoteTurn:
     def cancel(self) -> None:
         """Give the turn up (any thread): its stream is closed; :class:`Ended` follows."""
         self._cancelled.set()
-        with self._lock:
-            sock = self._sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)  # wakes a read blocked on the server
-            except OSError:
-                pass
+        self._line.interrupt()
 
     def join(self, timeout: float | None = None) -> bool:
         self._thread.join(timeout)
@@ -112,10 +145,12 @@ class RemoteTurn:
 
     def _run(self) -> None:
         try:
-            self._sink(self._attempts())
+            ended = self._attempts()
         except Exception as exc:  # a bug: the turn still ends, with a sentence
             fault = RemoteFault(FaultKind.MALFORMED, f"The remote turn failed: {exc!r}.")
-            self._sink(self._ended(None, None, fault))
+            ended = self._ended(None, None, fault)
+        self._line.turn_ended()
+        self._sink(ended)
 
     def _attempts(self) -> Ended:
         backoff = CONNECT_BACKOFF_S
@@ -149,9 +184,11 @@ class RemoteTurn:
         url = self._conn.root + "/v1/chat/completions"
         headers = self._conn.headers() | {"Accept": "text/event-stream"}
         streaming = False
+        extensions = {"trace": self._line.trace}
         try:
-            with self._client.stream("POST", url, json=self._body, headers=headers) as response:
-                self._hold_socket(response)
+            with self._line.client.stream(
+                "POST", url, json=self._body, headers=headers, extensions=extensions
+            ) as response:
                 if self._cancelled.is_set():
                     return self._ended(None, None, cancelled=True)
                 if response.status_code != 200:
@@ -168,15 +205,6 @@ class RemoteTurn:
             return self._ended(
                 None, None, transport_fault(self._conn.label, exc, streaming=streaming)
             )
-        finally:
-            with self._lock:
-                self._sock = None
-
-    def _hold_socket(self, response: httpx2.Response) -> None:
-        stream = response.extensions.get("network_stream")
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        with self._lock:
-            self._sock = sock if isinstance(sock, socket.socket) else None
 
     def _read(self, response: httpx2.Response) -> Ended:
         finish: str | None = None

@@ -8,7 +8,8 @@ message says chooses a fault, so that one server can fail one conversation and a
 another: ``[401]``/``[404]``/``[429]``/``[500]`` (that status), ``[429-once]`` (a 429 with
 ``Retry-After: 0.2`` once, then an answer), ``[drop]`` (the connection closes after two
 pieces), ``[malformed]`` (a piece that is no JSON), ``[hang]`` (headers, then nothing),
-``[slow]`` (a piece every 0.2 s), ``[not-sse]`` (a JSON answer where a stream was asked);
+``[slow]`` (a piece every 0.2 s), ``[silent]`` (not even the headers: the time the
+client closed the connection is kept in :attr:`StubState.closed_at`), ``[not-sse]`` (a JSON answer where a stream was asked);
 and the reasoning: ``[think]`` (``<think>…</think>`` in the text, for the splitter),
 ``[reasoning]`` (``delta.reasoning_content`` first, as llama-server and vLLM send it).
 Every request is kept in :attr:`StubServer.requests` (path, headers, body).
@@ -43,6 +44,7 @@ class StubState:
     once: set[str] = field(default_factory=set)  # faults already given once
     last_prompt: str = ""  # to count the "cached" prefix as a server would
     hang_release: threading.Event = field(default_factory=threading.Event)
+    closed_at: float = 0.0  # monotonic time a [silent] request's client closed
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -109,6 +111,16 @@ class _Handler(BaseHTTPRequestHandler):
         if "[429-once]" in last and "429" not in state.once:
             state.once.add("429")
             self._json(429, {"error": {"message": "slow down"}}, {"Retry-After": "0.2"})
+            return
+        if "[silent]" in last:
+            self.connection.settimeout(30)
+            try:
+                while self.connection.recv(1):
+                    pass
+            except OSError:
+                pass
+            state.closed_at = time.monotonic()
+            self.close_connection = True
             return
         if "[not-sse]" in last:
             self._json(200, {"choices": [{"message": {"content": "whole"}}]})

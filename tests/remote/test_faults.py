@@ -11,6 +11,7 @@ import pytest
 
 from app.remote import INSECURE_FLAG, RemoteConnection, RemoteConnectionError
 from app.session import FinishReason
+from app.session import events as ev
 from tests.remote.conftest import RemoteChat, Turn
 from tests.remote.stub_server import REPLY, StubServer
 
@@ -215,7 +216,8 @@ def test_stop_mid_reply_closes_the_stream_at_once(stub: MakeStub, remote_chat: M
     chat = remote_chat(stub("openai").url)
     cid, events = chat.new_conversation()
     future = chat.send(cid, "tell me slowly [slow]")
-    time.sleep(0.5)  # two pieces or so
+    while not isinstance(events.get(timeout=30), ev.TextStreamed):
+        pass  # the reply is under way
     t0 = time.monotonic()
     chat.session.stop(cid)
     turn = chat.wait(future, events)
@@ -242,3 +244,24 @@ def test_a_failing_conversation_leaves_the_others_alone(
     assert good_turn.failed is None and good_turn.result.text == "".join(REPLY)
     chat.session.stop(hang)  # the hung one is still waiting; a stop ends it
     assert chat.wait(f_hang, hang_events).result.finish_reason is FinishReason.ABORTED
+
+
+def test_stop_before_the_headers_closes_the_connection(
+    stub: MakeStub, remote_chat: MakeChat
+) -> None:
+    """A server still reading a long prompt has sent nothing yet: a stop closes the
+    connection all the same (the server frees the slot), within a second."""
+    server = stub("openai")
+    chat = remote_chat(server.url)
+    cid, events = chat.new_conversation()
+    chat.turn(cid, events, "first")  # the conversation's connection is kept alive
+    future = chat.send(cid, "long prompt [silent]")
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    chat.session.stop(cid)
+    turn = chat.wait(future, events)
+    assert turn.result.finish_reason is FinishReason.ABORTED
+    deadline = time.monotonic() + 5
+    while not server.state.closed_at and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert 0 < server.state.closed_at - t0 < 1.0
