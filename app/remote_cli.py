@@ -184,15 +184,8 @@ def cmd_run_remote(args: argparse.Namespace) -> int:
     )
     loader = RemoteLoader(conn)
     with Database.open() as db:
-        if args.conversation is not None:
-            conversation = db.get_conversation(args.conversation)
-            thread = db.get_thread(conversation.id)
-            parent = thread[-1].id if thread else None
-            system = args.system if args.system is not None else conversation.system_prompt
-        else:
-            conversation = db.create_conversation(system_prompt=args.system or "")
-            parent, system = None, args.system or ""
-        cid = conversation.id
+        # a stored conversation is checked before the server is asked anything
+        stored = db.get_conversation(args.conversation) if args.conversation is not None else None
         session = Session(
             None, db, stream_interval_s=0.0, name="llamadesk-run-remote", loader=loader
         )
@@ -200,11 +193,19 @@ def cmd_run_remote(args: argparse.Namespace) -> int:
         failure: str | None = None
         try:
             session.subscribe_session(events.put)
-            session.subscribe(cid, events.put)
             t0 = time.perf_counter()
             session.load_model(conn.model or "", ContextSettings(), fallback=False)
             loaded = _wait_loaded(session, events)
             t_load = time.perf_counter() - t0
+            if stored is not None:
+                thread = db.get_thread(stored.id)
+                parent = thread[-1].id if thread else None
+                system = args.system if args.system is not None else stored.system_prompt
+                cid = stored.id
+            else:  # made once the server answered: a failed load leaves no empty chat
+                cid = db.create_conversation(system_prompt=args.system or "").id
+                parent, system = None, args.system or ""
+            session.subscribe(cid, events.put)
             session.open(cid)
             recorded = session.answer(
                 cid, parent, prompt, system=system, sampling=params, reasoning=reasoning
@@ -223,7 +224,7 @@ def cmd_run_remote(args: argparse.Namespace) -> int:
                         where = sys.stdout if answer else sys.stderr
                         where.write(event.text)
                         where.flush()
-            turn = recorded.result(timeout=1.0) if recorded.done() else None
+            turn = recorded.result() if recorded.done() and recorded.exception() is None else None
         finally:
             session.shutdown()
             session.join(30.0)
@@ -232,7 +233,7 @@ def cmd_run_remote(args: argparse.Namespace) -> int:
     cached = result.n_prompt - result.n_prompt_processed if reports_cached else None
     error = failure or result.error
     if args.json:
-        notes = list(engine.traits.unavailable()) if engine is not None else []
+        notes = list(engine.unavailable()) if engine is not None else []
         out: dict[str, Any] = {
             "conversation_id": cid,
             "reply_id": turn.reply_message_id if turn is not None else None,

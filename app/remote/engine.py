@@ -15,6 +15,7 @@ It never touches the database: the session's recorder writes what it reports.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import queue
@@ -122,6 +123,11 @@ class RemoteEngine:
     @property
     def fingerprint(self) -> str:
         return f"remote:{self.conn.root}:{self.traits.model}"
+
+    def unavailable(self) -> tuple[str, ...]:
+        """What the server does not give, as known now (the first reply tells whether
+        cached tokens are reported where the probe could not)."""
+        return dataclasses.replace(self.traits, reports_cached=self.reports_cached).unavailable()
 
     @property
     def engine_name(self) -> str:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 
 from app.remote import ServerKind
 from tests.remote.conftest import ROOT, RemoteChat, ServeProcess
+from tests.remote.stub_server import REPLY, StubServer
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -87,3 +90,27 @@ def test_the_probe_knows_llamadesk(llamadesk_server: ServeProcess, remote_chat: 
     cid, events = chat.new_conversation()
     turn = chat.turn(cid, events, "hello")
     assert turn.failed is None and turn.result.n_prompt > 0
+
+
+def test_run_remote_against_a_plain_server_says_what_it_lacks(
+    stub: Callable[..., StubServer], tmp_path: Path
+) -> None:
+    server = stub("openai")
+    data = run_json(tmp_path, "--remote", server.url, "hi")
+    assert data["text"] == "".join(REPLY) and data["error"] is None
+    assert data["cached_tokens"] is None  # not reported: not a made-up 0
+    assert any("does not report cached prompt tokens" in n for n in data["unavailable"])
+    failed = llamadesk(tmp_path, "run", "--remote", server.url, "--json", "x [drop]")
+    assert failed.returncode == 1
+    partial = json.loads(failed.stdout)
+    assert partial["finish_reason"] == "aborted" and "broke off" in partial["error"]
+    assert partial["text"] == "".join(REPLY[:2])  # kept, as the database has it
+
+
+def test_a_failed_load_leaves_no_empty_conversation(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = llamadesk(tmp_path, "run", "--remote", f"http://127.0.0.1:{port}", "hi")
+    assert done.returncode == 2 and "nothing answers there" in done.stderr
+    assert "No conversations yet" in llamadesk(tmp_path, "chats").stderr
