@@ -9,6 +9,8 @@ sentence each (no context meter, no cached-token figures, no prompt progress).
 
 from __future__ import annotations
 
+import ssl
+
 import httpx2
 
 from app.engine import ContextSettings
@@ -18,11 +20,14 @@ from app.remote.probe import probe
 from app.session.engine_port import Loaded, Progress
 
 
-def new_client(conn: RemoteConnection, keep_alive: int) -> httpx2.Client:
+def new_client(conn: RemoteConnection, keep_alive: int, tls: ssl.SSLContext) -> httpx2.Client:
     """A client for ``conn``; a conversation's has one connection, kept alive between its
-    turns (so its socket is the one its next turn uses: see :class:`~app.remote.turn.Line`)."""
+    turns (so its socket is the one its next turn uses: see :class:`~app.remote.turn.Line`).
+    ``tls`` is made once per engine: building the system trust store takes half a second,
+    which every conversation's open would otherwise wait for on the session thread."""
     return httpx2.Client(
         headers=conn.headers(),
+        verify=tls,
         timeout=httpx2.Timeout(conn.read_timeout_s, connect=conn.connect_timeout_s),
         limits=httpx2.Limits(max_connections=keep_alive, max_keepalive_connections=keep_alive),
         follow_redirects=False,
@@ -55,10 +60,11 @@ class RemoteLoader:
                 conn.max_retry_after_s,
             )
         conn.validate()
-        with new_client(conn, keep_alive=1) as client:
+        tls = httpx2.create_ssl_context()
+        with new_client(conn, 1, tls) as client:
             traits = probe(client, conn)
         progress(1.0)
-        engine = RemoteEngine(conn, traits, lambda: new_client(conn, keep_alive=1))
+        engine = RemoteEngine(conn, traits, lambda: new_client(conn, 1, tls))
         self.engine = engine
         notes = traits.unavailable()
         return Loaded(engine, " ".join(notes) if notes else None)
