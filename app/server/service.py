@@ -605,6 +605,8 @@ class ApiService:
             model.path,
             result.n_tokens,
             result.tokens_per_second,
+            result=result,  # the reply's ReplyMeta, as a window's reply gets
+            engine=model.engine,
         )
 
     def close(self) -> None:

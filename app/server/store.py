@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
-from app.session import ChatMessage
+from app.session import ChatMessage, FinishReason, Recorder, ReplyMeta, TurnResult
 from app.storage import Database
 
 log = logging.getLogger(__name__)
@@ -77,40 +78,23 @@ class ConversationStore:
         model_path: str,
         tokens: int,
         tokens_per_second: float,
+        *,
+        result: TurnResult | None = None,
+        engine: str = "llama.cpp",
     ) -> Future[None]:
-        """Store the turn: the messages the stored thread lacks (a branch where they
-        differ), then the reply (in the background)."""
+        """Store the turn through the session's :class:`~app.session.Recorder` (in the
+        background): the messages the stored thread lacks (a branch where they differ),
+        then the reply with the same :class:`~app.session.ReplyMeta` a window's reply
+        gets, from the turn's ``result``. Without one, only ``tokens`` and
+        ``tokens_per_second`` are known (a stored reply is one that finished)."""
+        if result is None:
+            result = TurnResult(text=reply.content, finish_reason=FinishReason.EOG, n_tokens=tokens)
+        meta = ReplyMeta.of(result, model_path, engine, reasoning=reply.reasoning_content)
+        if result.n_sampled == 0 and tokens_per_second:
+            meta = replace(meta, tokens_per_second=tokens_per_second)
 
         def work(db: Database) -> None:
-            conv = db.get_conversation(conversation_id)
-            if system != conv.system_prompt:
-                db.update_conversation_settings(conversation_id, system_prompt=system)
-            thread = db.get_thread(conversation_id)
-            parent: int | None = None
-            i = 0
-            for stored, wanted in zip(thread, messages, strict=False):
-                if (stored.role, stored.content) != (wanted.role, wanted.content):
-                    break
-                parent = stored.id
-                i += 1
-            for message in messages[i:]:
-                parent = db.add_message(
-                    conversation_id,
-                    message.role,
-                    message.content,
-                    parent_id=parent,
-                    reasoning=message.reasoning_content,
-                ).id
-            db.add_message(
-                conversation_id,
-                "assistant",
-                reply.content,
-                parent_id=parent,
-                token_count=tokens,
-                tokens_per_second=tokens_per_second or None,
-                model_path=model_path,
-                reasoning=reply.reasoning_content,
-            )
+            Recorder(db).record_exchange(conversation_id, system, messages, reply.content, meta)
 
         future = self._run(work)
         future.add_done_callback(_log_failure)

@@ -18,6 +18,7 @@ from app.session.types import (
     ContextFullPolicy,
     ConversationId,
     ConversationSnapshot,
+    RecordedTurn,
     TurnId,
 )
 
@@ -64,6 +65,25 @@ class SubmitTurn:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     reasoning: ReasoningOptions = field(default_factory=ReasoningOptions)
     reply_id: int | None = None  # a storage message: saved as it streams (partial)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A chat turn the session records: the user's message ``user_text`` under
+    ``parent_id`` (None: answer ``parent_id`` again, a regenerate or a retry), the reply
+    begun under it, generated from the stored thread and finished with its
+    :class:`~app.session.recorder.ReplyMeta` (or dropped when it failed empty). ``reply``
+    holds the ids once they are written, before the turn starts."""
+
+    conversation_id: ConversationId
+    turn_id: TurnId
+    parent_id: int | None
+    user_text: str | None
+    system: str
+    sampling: SamplingParams
+    reasoning: ReasoningOptions
+    submitted_at: float  # perf_counter() of the client's send (the reply's time to first token)
+    reply: Future[RecordedTurn]
 
 
 @dataclass(frozen=True)
@@ -181,6 +201,7 @@ Command = (
     | OpenConversation
     | CloseConversation
     | SubmitTurn
+    | Answer
     | SubmitText
     | SubmitTokens
     | EngineCall

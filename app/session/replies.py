@@ -1,9 +1,10 @@
 """Replies saved while they stream, so a crash loses at most the last moments.
 
-Runs on the session thread with its own database connection (opened there: SQLite
-connections belong to one thread). Each streaming reply is written (``update_reply``) at
-most every ``interval_s``: its answer and, from a reasoning model, its reasoning so far and
-how long it thought. The client commits the finished reply (``finish_reply``); a late
+Runs on the session thread and writes through the session thread's
+:class:`~app.session.recorder.Recorder` (its connection is opened there: SQLite connections
+belong to one thread). Each streaming reply is written at most every ``interval_s``: its
+answer and, from a reasoning model, its reasoning so far and how long it thought. The
+finished reply is committed by the recorder (or by the client that began it); a late
 partial write after that changes nothing (storage only updates replies still "partial").
 """
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 
 from app.engine.reasoning import Channel
 from app.errors import LlamaDeskError
-from app.storage import Database
+from app.session.recorder import SessionRecords
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +37,14 @@ class _Reply:
 class PartialReplies:
     """See the module docstring. Not thread-safe: the session thread only."""
 
-    def __init__(self, database: Database | None, interval_s: float = SAVE_INTERVAL_S) -> None:
-        self._source = database
-        self._db: Database | None = None
-        self._failed = False
+    def __init__(self, records: SessionRecords, interval_s: float = SAVE_INTERVAL_S) -> None:
+        self._records = records
         self.interval_s = interval_s
         self._replies: dict[int, _Reply] = {}  # conversation id -> its streaming reply
 
     def begin(self, conversation_id: int, message_id: int | None) -> None:
         self._replies.pop(conversation_id, None)
-        if message_id is not None and self._source is not None:
+        if message_id is not None and self._records.enabled:
             self._replies[conversation_id] = _Reply(message_id, last_save=time.perf_counter())
 
     def add(self, conversation_id: int, text: str, channel: Channel, now: float) -> None:
@@ -72,41 +71,33 @@ class PartialReplies:
             if reply.dirty and (force or now - reply.last_save >= self.interval_s):
                 self._write(reply, now)
 
+    def streamed(self, conversation_id: int) -> tuple[str, str, float | None]:
+        """The streaming reply's answer, reasoning and thinking time so far."""
+        reply = self._replies.get(conversation_id)
+        if reply is None:
+            return "", "", None
+        return "".join(reply.answer), "".join(reply.reasoning), reply.reasoning_ms
+
     def close(self) -> None:
+        """Write what is left (the session thread ends)."""
         self.tick(time.perf_counter(), force=True)
         self._replies.clear()
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-
-    def _connection(self) -> Database | None:
-        if self._db is None and self._source is not None and not self._failed:
-            try:
-                self._db = self._source.clone()
-            except LlamaDeskError as exc:
-                self._failed = True
-                log.warning("cannot save replies while they stream: %s", exc)
-        return self._db
 
     def _write(self, reply: _Reply, now: float) -> None:
         reply.dirty = False
         reply.last_save = now
-        db = self._connection()
-        if db is None:
+        recorder = self._records.recorder()
+        if recorder is None:
             return
         answer = "".join(reply.answer)
+        reasoning: str | None = None
+        thinking_ms: float | None = None
+        if reply.reasoning:
+            reasoning = "".join(reply.reasoning)
+            thinking_ms = reply.reasoning_ms
+            if thinking_ms is None and reply.started:
+                thinking_ms = (now - reply.started) * 1000.0
         try:
-            if reply.reasoning:
-                thinking_ms = reply.reasoning_ms
-                if thinking_ms is None and reply.started:
-                    thinking_ms = (now - reply.started) * 1000.0
-                db.update_reply(
-                    reply.message_id,
-                    answer,
-                    reasoning="".join(reply.reasoning),
-                    reasoning_ms=thinking_ms,
-                )
-            else:
-                db.update_reply(reply.message_id, answer)
+            recorder.save_partial(reply.message_id, answer, reasoning, thinking_ms)
         except LlamaDeskError as exc:
             log.warning("could not save reply %d: %s", reply.message_id, exc)

@@ -9,30 +9,17 @@ from typing import Any, NewType
 
 from app.engine import Completion, ContextSettings, ModelInfo
 from app.engine.chat_template import ReasoningEffort, ReasoningOptions
+
+# Defined by the engine (one spelling of "shift" and "stop"), re-exported here.
+from app.engine.context_policy import ContextFullPolicy as ContextFullPolicy
 from app.engine.events import generation_rate
+from app.engine.prefix import cached_tokens
 
 ConversationId = NewType("ConversationId", int)
 """A conversation: the storage conversation id, or any opaque int a client chooses."""
 
 TurnId = NewType("TurnId", int)
 """One submitted turn (unique within a session)."""
-
-
-class ContextFullPolicy(enum.StrEnum):
-    """What a full context does to a conversation."""
-
-    SHIFT = "shift"  # drop the oldest messages (keep the system prompt) and go on
-    STOP = "stop"  # end the reply
-
-    @classmethod
-    def parse(cls, value: object) -> ContextFullPolicy | None:
-        """The policy ``value`` names, or None (not a policy)."""
-        if isinstance(value, cls):
-            return value
-        try:
-            return cls(str(value))
-        except ValueError:
-            return None
 
 
 class FinishReason(enum.StrEnum):
@@ -95,6 +82,7 @@ class TurnResult:
     tokens: tuple[int, ...] = ()  # the generated token ids
     n_sampled: int = 0  # tokens sampled, the end-of-generation one included
     stream_ms: float = 0.0  # from the first sampled token to the last
+    first_token_at: float = 0.0  # perf_counter() when the first token was sampled (0: none)
 
     @classmethod
     def of(cls, completion: Completion) -> TurnResult:
@@ -112,6 +100,7 @@ class TurnResult:
             tokens=tuple(completion.tokens),
             n_sampled=completion.n_sampled,
             stream_ms=completion.stream_ms,
+            first_token_at=completion.first_token_at,
         )
 
     @property
@@ -127,9 +116,24 @@ class TurnResult:
         return generation_rate(self.n_tokens, self.gen_ms, self.n_sampled, self.stream_ms)
 
     @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens taken from the cache (the API's ``cached_tokens``)."""
+        return cached_tokens(self.n_prompt, self.n_prompt_processed)
+
+    @property
     def prompt_tokens_per_second(self) -> float:
         n = self.n_prompt_processed
         return n / (self.prompt_ms / 1000.0) if self.prompt_ms > 0 and n else 0.0
+
+
+@dataclass(frozen=True)
+class RecordedTurn:
+    """What ``Session.answer`` recorded before its turn started: the user's message (None:
+    a regenerate, no new message) and the reply it streams into."""
+
+    turn_id: TurnId
+    user_message_id: int | None
+    reply_message_id: int
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,7 @@ class LoadedModel:
     n_ctx_seq: int
     supports_thinking_toggle: bool  # the template uses enable_thinking
     supports_effort: bool  # the template uses a reasoning effort
+    engine: str = "llama.cpp"  # what runs it (a remote engine names itself)
 
     @property
     def path(self) -> str:

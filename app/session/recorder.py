@@ -1,0 +1,257 @@
+"""The one writer of a conversation's messages: every client's user messages and replies.
+
+:class:`ReplyMeta` is what a finished reply carries (model, engine, tokens, cached tokens,
+timings, reasoning, finish reason, the error); :class:`Recorder` writes messages in one
+shape whoever asked: the session's own turns (``Session.answer``: the user message, the
+reply begun before the turn starts, saved while it streams, finished with its metadata),
+the API server's conversations (:meth:`Recorder.record_exchange`) and the window's replies.
+
+A :class:`Recorder` wraps one :class:`~app.storage.Database` connection, so it is used on
+the thread that opened it (SQLite connections belong to one thread): the session thread's
+is cloned there from the database the session was given.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from app.errors import LlamaDeskError
+from app.session.types import ChatMessage, FinishReason, TurnResult
+from app.storage import Database, Message
+
+log = logging.getLogger(__name__)
+
+# "Stop the reply" when full: say why it stopped, and what would go on
+CONTEXT_FULL_STOP = (
+    "The context is full, so the reply stopped here. Start a new chat, fork from "
+    "an earlier message, or set “When the context is full” to drop the oldest "
+    "messages in Conversation settings."
+)
+
+
+@dataclass(frozen=True)
+class ReplyMeta:
+    """A finished reply's figures, as every client's replies are stored.
+
+    Tool calls, when they come, are one more field here (and one more column or meta key).
+    """
+
+    model: str  # the model file's path ("" unknown)
+    engine: str  # what ran it ("llama.cpp", a remote engine's name)
+    finish_reason: FinishReason
+    n_tokens: int = 0
+    n_prompt: int = 0
+    n_cached: int = 0  # prompt tokens taken from the cache
+    prompt_ms: float = 0.0
+    gen_ms: float = 0.0
+    tokens_per_second: float = 0.0
+    ttft_ms: float | None = None  # from the send to the first token (None: not measured)
+    reasoning: str = ""
+    reasoning_ms: float | None = None
+    error: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        result: TurnResult,
+        model: str,
+        engine: str,
+        *,
+        ttft_ms: float | None = None,
+        reasoning: str = "",
+        reasoning_ms: float | None = None,
+        error: str | None = None,
+    ) -> ReplyMeta:
+        """The figures of ``result``; ``reasoning``, ``reasoning_ms`` and ``error`` fill in
+        what the result lacks (a client's own streamed copy)."""
+        reasoning = result.reasoning or reasoning
+        thought_ms = result.reasoning_ms if result.reasoning_ms is not None else reasoning_ms
+        return cls(
+            model=model,
+            engine=engine,
+            finish_reason=result.finish_reason,
+            n_tokens=result.n_tokens,
+            n_prompt=result.n_prompt,
+            n_cached=result.cached_tokens,
+            prompt_ms=result.prompt_ms,
+            gen_ms=result.gen_ms,
+            tokens_per_second=result.tokens_per_second,
+            ttft_ms=ttft_ms,
+            reasoning=reasoning,
+            reasoning_ms=thought_ms if reasoning else None,
+            error=result.error or error,
+        )
+
+    @property
+    def status(self) -> str:
+        """The stored status: "stopped" (the user stopped it), "error" or "complete" (a
+        full context that stopped the reply is complete, with a notice)."""
+        reason = self.finish_reason
+        if reason is FinishReason.ABORTED:
+            return "stopped"
+        if reason is FinishReason.ERROR or (self.error and reason is not FinishReason.CONTEXT_FULL):
+            return "error"
+        return "complete"
+
+    @property
+    def notice(self) -> str | None:
+        """What is said about the reply: its error, or why a full context stopped it."""
+        if self.error:
+            return self.error
+        if self.finish_reason is FinishReason.CONTEXT_FULL:
+            return CONTEXT_FULL_STOP
+        return None
+
+    def storage_meta(self) -> dict[str, Any]:
+        """The message's ``meta`` JSON (the keys the window reads back)."""
+        meta: dict[str, Any] = {
+            "finish_reason": self.finish_reason.value,
+            "prompt_processed": self.n_prompt - self.n_cached,
+            "prompt_ms": round(self.prompt_ms, 1),
+            "gen_ms": round(self.gen_ms, 1),
+            "engine": self.engine,
+        }
+        if self.ttft_ms is not None:
+            meta["ttft_ms"] = round(self.ttft_ms, 1)
+        notice = self.notice
+        if notice:
+            meta["error"] = notice
+        return meta
+
+    def figures(self) -> dict[str, Any]:
+        """The keyword arguments of ``Database.finish_reply`` after the text and status."""
+        return {
+            "token_count": self.n_tokens or None,
+            "prompt_tokens": self.n_prompt or None,
+            "tokens_per_second": self.tokens_per_second or None,
+            "meta": self.storage_meta(),
+            "reasoning": self.reasoning or None,
+            "reasoning_ms": self.reasoning_ms if self.reasoning else None,
+        }
+
+
+def history(thread: Iterable[Message]) -> tuple[ChatMessage, ...]:
+    """A stored thread as a turn's messages: without empty failed replies; an assistant
+    message's reasoning goes along (the template keeps or drops it)."""
+    out: list[ChatMessage] = []
+    for m in thread:
+        if m.role == "assistant" and not m.content:
+            continue
+        reasoning = m.reasoning if m.role == "assistant" else ""
+        out.append(ChatMessage(m.role, m.content, reasoning or ""))
+    return tuple(out)
+
+
+class Recorder:
+    """See the module docstring."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def add_user(self, conversation_id: int, text: str, parent_id: int | None) -> Message:
+        """The user's message (an edit is a sibling: the edited message's parent)."""
+        return self.db.add_message(conversation_id, "user", text, parent_id=parent_id)
+
+    def begin_reply(self, conversation_id: int, parent_id: int | None, model: str) -> Message:
+        """The reply, empty and "partial", committed before its turn starts."""
+        return self.db.begin_reply(conversation_id, parent_id, model_path=model or None)
+
+    def save_partial(
+        self, message_id: int, answer: str, reasoning: str | None, reasoning_ms: float | None
+    ) -> None:
+        """The text streamed so far (a later finish wins over a late partial)."""
+        if reasoning is None:
+            self.db.update_reply(message_id, answer)
+        else:
+            self.db.update_reply(message_id, answer, reasoning=reasoning, reasoning_ms=reasoning_ms)
+
+    def finish_reply(self, message_id: int, text: str, meta: ReplyMeta) -> Message:
+        return self.db.finish_reply(message_id, text, meta.status, **meta.figures())
+
+    def drop_reply(self, message_id: int) -> None:
+        """A failed reply with nothing written: an error is not an assistant message (the
+        user's message stays, ready for a retry or an edit)."""
+        self.db.delete_branch(message_id)
+
+    def end_reply(self, message_id: int, text: str, meta: ReplyMeta) -> Message | None:
+        """Finish the reply, or drop it when it failed before writing anything."""
+        if meta.status == "error" and not text and not meta.reasoning:
+            self.drop_reply(message_id)
+            return None
+        return self.finish_reply(message_id, text, meta)
+
+    def record_exchange(
+        self,
+        conversation_id: int,
+        system: str,
+        messages: tuple[ChatMessage, ...],
+        reply: str,
+        meta: ReplyMeta,
+    ) -> Message:
+        """A whole turn a client sent at once (the API): the messages the stored thread
+        lacks (a branch where they differ), then the finished reply with its figures."""
+        db = self.db
+        conv = db.get_conversation(conversation_id)
+        if system != conv.system_prompt:
+            db.update_conversation_settings(conversation_id, system_prompt=system)
+        parent: int | None = None
+        i = 0
+        for stored, wanted in zip(db.get_thread(conversation_id), messages, strict=False):
+            if (stored.role, stored.content) != (wanted.role, wanted.content):
+                break
+            parent = stored.id
+            i += 1
+        for message in messages[i:]:
+            parent = db.add_message(
+                conversation_id,
+                message.role,
+                message.content,
+                parent_id=parent,
+                reasoning=message.reasoning_content,
+            ).id
+        figures = meta.figures()
+        return db.add_message(
+            conversation_id,
+            "assistant",
+            reply,
+            parent_id=parent,
+            status=meta.status,
+            model_path=meta.model or None,
+            token_count=figures["token_count"],
+            prompt_tokens=figures["prompt_tokens"],
+            tokens_per_second=figures["tokens_per_second"],
+            meta=figures["meta"],
+            reasoning=meta.reasoning,
+            reasoning_ms=figures["reasoning_ms"],
+        )
+
+
+class SessionRecords:
+    """The session thread's :class:`Recorder`: its connection is cloned on first use, on
+    that thread, from the database the session was given (None: nothing is recorded)."""
+
+    def __init__(self, database: Database | None) -> None:
+        self._source = database
+        self._recorder: Recorder | None = None
+        self._failed = False
+
+    @property
+    def enabled(self) -> bool:
+        return self._source is not None
+
+    def recorder(self) -> Recorder | None:
+        if self._recorder is None and self._source is not None and not self._failed:
+            try:
+                self._recorder = Recorder(self._source.clone())
+            except LlamaDeskError as exc:
+                self._failed = True
+                log.warning("cannot record replies: %s", exc)
+        return self._recorder
+
+    def close(self) -> None:
+        if self._recorder is not None:
+            self._recorder.db.close()
+            self._recorder = None
