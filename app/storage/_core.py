@@ -149,9 +149,8 @@ def migrate(conn: sqlite3.Connection, path: Path, *, target: int = SCHEMA_VERSIO
 class DatabaseCore:
     """Connection handling shared by the :class:`~app.storage.Database` mixins.
 
-    One ``Database`` per thread: SQLite connections must not be shared between threads
-    (the connection enforces this). Use :meth:`clone` in a worker thread to get another
-    connection to the same file cheaply.
+    The connection serves the thread that opened it (the rule: :mod:`app.storage.threads`);
+    :meth:`clone` on another thread gives that thread its own, cheaply.
     """
 
     def __init__(self, conn: sqlite3.Connection, path: Path, read_only: bool) -> None:

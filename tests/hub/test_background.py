@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ def test_calls_run_in_order_on_one_named_daemon_thread() -> None:
         seen.append((i, me.name, me.daemon))
         return i * 10
 
-    futures = [worker.submit(lambda i=i: call(i)) for i in range(3)]
+    futures = [worker.submit(functools.partial(call, i)) for i in range(3)]
     assert [f.result(timeout=5) for f in futures] == [0, 10, 20]
     assert seen == [
         (0, "llamadesk-test", True),
