@@ -194,12 +194,13 @@ class DatabaseCore:
             raise DatabaseReadOnlyError(db_path)
         if not os.access(db_path.parent, os.W_OK):
             raise DatabaseReadOnlyError(db_path)
-        try:
-            # Created owner-only here rather than by SQLite (0644 less the umask); an
-            # empty file is an empty database to SQLite.
-            create_private_file(db_path)
-        except OSError as exc:
-            raise DiskError(db_path, exc.strerror or str(exc)) from exc
+        if not db_path.exists():
+            try:
+                # Created owner-only here rather than by SQLite (0644 less the umask); an
+                # empty file is an empty database to SQLite.
+                create_private_file(db_path)
+            except OSError as exc:
+                raise DiskError(db_path, exc.strerror or str(exc)) from exc
         make_database_private(db_path)
         try:
             conn = _connect(db_path, read_only=False)
