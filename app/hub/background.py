@@ -60,10 +60,6 @@ class HubWorker:
             self._calls.put((fn, future))  # type: ignore[arg-type]
         return future
 
-    def on_worker_thread(self) -> bool:
-        """Whether the calling thread is this worker's (for checks and assertions)."""
-        return self._thread is not None and threading.current_thread() is self._thread
-
     def close(self, timeout: float | None = None) -> None:
         """Refuse new calls, let the submitted ones run, then end the thread (waiting up to
         ``timeout`` seconds for it; a call still running then ends on its own)."""
