@@ -5,10 +5,9 @@ Files (all under ``app.paths.data_dir()``, which ``LLAMADESK_HOME`` overrides):
 ``PRAGMA user_version``), ``states/*.kvstate`` (KV state files) and ``settings.json``.
 
 Threads
-    One :class:`Database` per thread; the connection refuses to be used from another
-    thread. A worker does ``db = gui_db.clone()`` (or ``Database.open()``) in its own
-    thread and ``db.close()`` at its end. Readers never block writers (WAL); writers wait
-    up to 10 s for each other. :class:`StateStore` may be shared between threads.
+    A connection serves the thread that opened it: the rule and the two ways to follow it
+    (``Database.open``/``clone`` for a job, :class:`PerThread` for a serving thread) are
+    in :mod:`app.storage.threads`.
 
 Opening
     ``db = Database.open()`` (default path ``paths.database_path()``). Problems raise a
@@ -94,6 +93,7 @@ from app.storage.models import (
 from app.storage.schema import SCHEMA_VERSION
 from app.storage.settings import AppSettings, SamplingDefaults, load_settings, save_settings
 from app.storage.state import StateStore
+from app.storage.threads import PerThread
 
 __all__ = [
     "DEFAULT_TITLE",
@@ -113,6 +113,7 @@ __all__ = [
     "MetadataReader",
     "ModelEntry",
     "NotFoundError",
+    "PerThread",
     "Preset",
     "ReadOnlyModeError",
     "Role",
