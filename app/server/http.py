@@ -21,7 +21,16 @@ with ``gone()``), so under ASGI every request would hop to a thread pool and bac
 event; and it would add four packages (starlette, uvicorn, anyio, sse-starlette) to an app
 that ships as one bundle. What the standard library left to us - error shapes, malformed
 input, resets - is handled here and tested raw (tests/server/test_hostile_http.py).
-``benchmarks/bench_server.py`` measured the change: see its numbers in the project notes.
+
+Measured with ``benchmarks/bench_server.py --model tiny-8k.gguf --skip-llama-server
+--rounds 2`` (a tiny model, so that the HTTP layer dominates; 2 shared cores, load 6-11),
+before and after, best of the rounds: ``GET /health`` on a keep-alive connection went from
+20-21 to 350-580 requests/s (the old server wrote headers and body in two segments and
+waited ~40 ms for the client's delayed ACK each time: with TCP_NODELAY alone it gave 227),
+8 clients from 34-84 to 208-543, a connection per request from 170-208 to 283-472;
+streaming and time-to-first-token figures stayed within the noise. A Starlette + uvicorn
+(h11) ``/health`` measured in the same run as the new server: median 4-8 ms a request
+against 1.1-1.5 ms.
 """
 
 from __future__ import annotations

@@ -269,6 +269,8 @@ class Transport:
                 return
             sock.setblocking(False)
             with contextlib.suppress(OSError):
+                # A reply's head and body (and each stream event) go out at once, not
+                # after the client's delayed ACK (~40 ms a keep-alive reply before).
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if len(self._waiting) >= self.config.max_pending:
                 self._evict()
@@ -294,7 +296,7 @@ class Transport:
             return
         victim = min(self._waiting, key=lambda c: (not c.draining, c.since))
         if not victim.draining:
-            log.info("%s: closed to make room (%d connections waiting)", victim.name, self.pending)
+            log.debug("%s: closed to make room (%d connections waiting)", victim.name, self.pending)
         self._unwait(victim)
         self._close(victim)
 
@@ -414,7 +416,7 @@ class Transport:
                 self._unwait(conn)
                 self._close(conn)
             elif not conn.buffer:  # connected and sent nothing
-                log.info(
+                log.debug(
                     "%s: sent no request in %.0f s; closed", conn.name, self.config.head_timeout_s
                 )
                 self._unwait(conn)

@@ -257,6 +257,37 @@ def test_requests_being_answered_are_capped(make_server: MakeServer) -> None:
         assert http.get("/health").status_code == 200
 
 
+def test_pipelined_requests_are_answered_in_order(hostile: ServerRunner) -> None:
+    with connect(hostile) as sock:
+        sock.sendall(
+            b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
+        replies = read_reply(sock)  # the third closes the connection
+    first, second, third = (b"HTTP/1.1 " + r for r in replies.split(b"HTTP/1.1 ")[1:])
+    assert first.startswith(b"HTTP/1.1 200") and first.endswith(b'{"status": "ok"}')
+    assert json_error(second, 401)["code"] == "invalid_api_key"
+    assert third.startswith(b"HTTP/1.1 200")
+
+
+def test_100_continue_comes_only_after_the_checks(hostile: ServerRunner) -> None:
+    body = json.dumps({"content": "hello"}).encode()
+    head = (
+        f"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n"
+        "Expect: 100-continue\r\n"
+    )
+    with connect(hostile) as sock:
+        sock.sendall(f"{head}Authorization: Bearer {KEY}\r\n\r\n".encode())
+        assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        sock.sendall(body)
+        assert read_response(sock).startswith(b"HTTP/1.1 200")
+    refused = raw_request(hostile, f"{head}Authorization: Bearer wrong\r\n\r\n".encode())
+    assert json_error(refused, 401)["code"] == "invalid_api_key"  # no 100 before it
+    refused = raw_request(hostile, f"{head}Origin: {EVIL}\r\n\r\n".encode())
+    assert json_error(refused, 403)["code"] == "origin_not_allowed"
+
+
 # ------------------------------------------------------------------------ item 3: origins
 
 
