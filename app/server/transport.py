@@ -235,6 +235,9 @@ class Transport:
         """End every connection (after ``shutdown``): a keep-alive client must not go on
         being served by a stopped server, and a reply in progress sees its client gone
         and frees its sequence."""
+        self._stop = True  # the selector thread owns the waiting ones until it has stopped
+        self._wake()
+        self._done.wait(5.0)
         with self._lock:
             self._closing = True
             active = list(self._active)
