@@ -28,9 +28,9 @@ before and after, best of the rounds: ``GET /health`` on a keep-alive connection
 20-21 to 350-580 requests/s (the old server wrote headers and body in two segments and
 waited ~40 ms for the client's delayed ACK each time: with TCP_NODELAY alone it gave 227),
 8 clients from 34-84 to 208-543, a connection per request from 170-208 to 283-472;
-streaming and time-to-first-token figures stayed within the noise. A Starlette + uvicorn
-(h11) ``/health`` measured in the same run as the new server: median 4-8 ms a request
-against 1.1-1.5 ms.
+streaming and time-to-first-token figures stayed within the noise. A bare Starlette +
+uvicorn (h11) ``/health``, measured in turns with the new server by the benchmark's
+``requests_per_second``: median 4-8 ms a keep-alive request against 1.1-1.5 ms.
 """
 
 from __future__ import annotations

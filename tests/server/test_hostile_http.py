@@ -515,7 +515,9 @@ def test_a_reset_mid_stream_is_one_log_line(
     )
     got = b""
     while got.count(b"data: ") < 5:
-        got += sock.recv(65536)
+        chunk = sock.recv(65536)
+        assert chunk, got
+        got += chunk
     reset(sock)
     assert wait_for(lambda: hostile.http is not None and hostile.http.answering == 0, 10)
     gone = [r for r in caplog.records if "left during" in r.getMessage()]
