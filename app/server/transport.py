@@ -18,7 +18,9 @@ Here:
   :data:`MAX_HEAD` a 431, TLS or other non-HTTP bytes a 400 - all JSON.
 - **The body arrives whole within** :meth:`ServerConfig.body_timeout` (read by the
   answering thread through :class:`ConnReader`).
-- **The cap counts only requests being answered** (``max_connections``, beyond: 503).
+- **The cap counts only requests being answered** (``max_connections``, beyond: 503;
+  when it is reached while a request is still sending its body, the one that has been
+  sending longest is ended instead, so trickled bodies cannot hold the threads either).
   Connections sending their head, idle between requests (closed after
   ``idle_timeout_s``) or being closed wait in the selector, no thread each; at most
   ``max_pending`` of them: a new one beyond closes the oldest (one that is only draining
@@ -56,7 +58,16 @@ TLS_HANDSHAKE = 0x16  # the first byte of a TLS record carrying a ClientHello
 class Conn:
     """One client connection and what has been read from it but not yet parsed."""
 
-    __slots__ = ("address", "buffer", "clock", "deadline", "draining", "since", "sock")
+    __slots__ = (
+        "address",
+        "buffer",
+        "clock",
+        "deadline",
+        "draining",
+        "receiving",
+        "since",
+        "sock",
+    )
 
     def __init__(self, sock: socket.socket, address: Any, deadline: float) -> None:
         self.sock = sock
@@ -66,6 +77,7 @@ class Conn:
         self.since = time.monotonic()  # when it began to wait (the oldest is evicted first)
         self.clock = True  # the head deadline runs (False: idle after a reply)
         self.draining = False  # shut for writing, read to the end or LINGER_S
+        self.receiving: float | None = None  # since when its thread reads a body
 
     @property
     def name(self) -> str:
@@ -121,8 +133,14 @@ class ConnReader:
                 return self._take(len(buffer))
 
     def read(self, n: int = -1) -> bytes:
-        while (n < 0 or len(self.conn.buffer) < n) and self._fill():
-            pass
+        """A body: while it arrives, the transport may end this connection to make room
+        for a new request (see ``Transport._make_room``)."""
+        self.conn.receiving = time.monotonic()
+        try:
+            while (n < 0 or len(self.conn.buffer) < n) and self._fill():
+                pass
+        finally:
+            self.conn.receiving = None
         return self._take(len(self.conn.buffer) if n < 0 else n)
 
 
@@ -369,7 +387,7 @@ class Transport:
 
     def _start(self, conn: Conn) -> None:
         with self._lock:
-            full = len(self._active) >= self.config.max_connections
+            full = len(self._active) >= self.config.max_connections and not self._make_room()
             if not full:
                 self._active.add(conn)
         if full:
@@ -393,6 +411,25 @@ class Transport:
             with self._lock:
                 self._active.discard(conn)
             self._close(conn)
+
+    def _make_room(self) -> bool:
+        """With every thread taken, end the request that has been sending its body the
+        longest (a real client's body takes milliseconds; one trickled within its deadline
+        would otherwise hold a thread for a minute): its thread sees the body end and
+        stops. Whether one was ended (under ``_lock``)."""
+        uploads = [(c.receiving, c) for c in self._active if c.receiving is not None]
+        if not uploads:
+            return False
+        since, victim = min(uploads, key=lambda pair: pair[0] or 0.0)
+        log.info(
+            "%s: its body, %.1f s under way, was cut to make room for another request",
+            victim.name,
+            time.monotonic() - (since or 0.0),
+        )
+        victim.receiving = None
+        with contextlib.suppress(OSError):
+            victim.sock.shutdown(socket.SHUT_RDWR)
+        return True
 
     def _refuse(self, conn: Conn, error: ApiError) -> None:
         """Send ``error`` (best effort: it fits a socket buffer) and close."""

@@ -14,6 +14,7 @@ import struct
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,15 @@ def hostile(long_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
 def address(runner: ServerRunner) -> tuple[str, int]:
     host, port = runner.url.removeprefix("http://").rsplit(":", 1)
     return host, int(port)
+
+
+def answering(runner: ServerRunner) -> int:
+    assert runner.http is not None
+    return runner.http.answering
+
+
+def answers(runner: ServerRunner, n: int) -> bool:
+    return answering(runner) == n
 
 
 def connect(runner: ServerRunner, timeout: float = 10.0) -> socket.socket:
@@ -212,6 +222,29 @@ def test_a_trickled_body_is_cut_by_its_deadline(hostile: ServerRunner) -> None:
     assert time.monotonic() - started < SHORT.body_timeout(len(body)) + 1.5
     assert json_error(reply, 408)["code"] == "request_timeout"
     chat_works(hostile)
+
+
+def test_trickled_bodies_cannot_hold_every_thread(make_server: MakeServer) -> None:
+    """A cap of two requests answered at once, both taken by bodies that trickle within a
+    long deadline: a new request ends the oldest of them and is answered."""
+    runner = make_server(ServerConfig(parallel=1, max_connections=2))
+    head = f"POST {CHAT} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n{{".encode()
+    uploads = []
+    for expected in (1, 2):
+        sock = connect(runner)
+        sock.sendall(head)
+        uploads.append(sock)
+        assert wait_for(partial(answers, runner, expected), 5)
+    try:
+        with httpx2.Client(base_url=runner.url, timeout=10) as http:
+            reply = http.post(CHAT, json={"messages": [{"role": "user", "content": "x"}]})
+            assert reply.status_code == 200, reply.text
+        assert read_reply(uploads[0], 5) == b""  # the oldest upload was ended
+        uploads[1].sendall(b'"x": 1')  # the younger one is still being read
+        assert runner.http is not None and runner.http.answering == 1
+    finally:
+        for sock in uploads:
+            sock.close()
 
 
 def test_idle_keep_alive_connections_do_not_count_and_are_closed(
