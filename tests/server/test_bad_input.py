@@ -151,7 +151,7 @@ def test_embeddings_without_an_embeddings_context(http: httpx2.Client) -> None:
 
 def test_cors_is_off_by_default(http: httpx2.Client) -> None:
     reply = http.get("/v1/models", headers={"Origin": "https://evil.example"})
-    assert reply.status_code == 200
+    assert_error(reply, 403)  # a page of another site gets nothing, not even a hidden reply
     assert "access-control-allow-origin" not in reply.headers
     preflight = http.options(
         CHAT,
@@ -172,6 +172,7 @@ def test_cors_for_configured_origins(make_server: MakeServer) -> None:
         assert ok.status_code == 204
         assert ok.headers["access-control-allow-origin"] == "http://app.example"
         other = http.get("/v1/models", headers={"Origin": "http://other.example"})
+        assert_error(other, 403)
         assert "access-control-allow-origin" not in other.headers
 
 
