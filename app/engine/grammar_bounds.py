@@ -22,6 +22,7 @@ Whether a ``<token>`` names one token of the model's vocabulary is left to llama
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from app.engine.errors import ContextError
@@ -107,7 +108,25 @@ class GrammarShape:
 def check_grammar(text: str, limits: GrammarLimits = LIMITS) -> None:
     """Raise :class:`GrammarBoundsError` or :class:`GrammarSyntaxError` unless llama.cpp
     can safely parse ``text`` and build a sampler from it."""
-    measure_grammar(text, limits)
+    if limits is not LIMITS:
+        measure_grammar(text, limits)
+        return
+    verdict = _verdict(text)
+    if verdict is not None:
+        kind, message = verdict
+        raise kind(message)
+
+
+@functools.lru_cache(maxsize=16)
+def _verdict(text: str) -> tuple[type[ContextError], str] | None:
+    """The refusal of ``text`` under :data:`LIMITS`, remembered: a conversation's grammar
+    is checked for every turn (a sampler is built per reply), and a large one takes a
+    fraction of a second to read."""
+    try:
+        measure_grammar(text)
+    except (GrammarBoundsError, GrammarSyntaxError) as exc:
+        return type(exc), str(exc)
+    return None
 
 
 def measure_grammar(text: str, limits: GrammarLimits = LIMITS) -> GrammarShape:
