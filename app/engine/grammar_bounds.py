@@ -393,6 +393,7 @@ class _Parser:
                 rule.append(ref)
                 self.n_elements += 1
             elif c == "(":
+                opened = pos
                 pos = self._space(pos + 1, True)
                 symbols_before = len(self.symbol_ids)
                 sub_id = self._generated(rule_name)
@@ -400,7 +401,7 @@ class _Parser:
                 if len(frames) > self.limits.max_depth:
                     raise GrammarBoundsError(
                         f"The grammar nests groups more than {self.limits.max_depth:,} deep "
-                        f"(at {self._where(pos)}); at most {self.limits.max_depth:,}."
+                        f"(at {self._where(opened)}); at most {self.limits.max_depth:,}."
                     )
                 self.max_depth = max(self.max_depth, len(frames))
                 frame = _Frame(rule_id=sub_id, nested=True, rule=[], symbols_before=symbols_before)
