@@ -290,12 +290,14 @@ class _Parser:
         pos = self._space(0, True)
         while pos < len(self.src):
             pos = self._rule(pos)
-        for rule in self.rules:
-            if not rule:
-                raise GrammarSyntaxError(
-                    "The grammar is not valid GBNF: a rule is used but never defined."
-                )
         names = {rule_id: name for name, rule_id in self.symbol_ids.items()}
+        for rule_id, rule in enumerate(self.rules):
+            if not rule:
+                name = names.get(rule_id)
+                which = f"the rule '{name}' is" if name is not None else "a rule is"
+                raise GrammarSyntaxError(
+                    f"The grammar is not valid GBNF: {which} used but never defined."
+                )
         for rule in self.rules:
             for element in rule:
                 if element >= 0 and (element >= len(self.rules) or not self.rules[element]):

@@ -35,6 +35,10 @@ MAX_SCHEMA_CHARS = 200_000
 MAX_SCHEMA_REPETITION = LIMITS.max_depth
 # Schema keywords the converter expands into that many copies or nested groups.
 _COUNTS = ("minLength", "maxLength", "minItems", "maxItems")
+# The converter's character of a JSON string admits control characters, which JSON does not
+# (strict parsers refuse the reply); llama.cpp's own converter excludes them, as this does.
+_STRING_CHAR = re.compile(r'^char ::= \[\^"\\\\\] ', re.MULTILINE)  # char ::= [^"\\] ...
+_JSON_STRING_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] '
 # A quantifier of a regular expression (what the converter reads in ``pattern``).
 _QUANTIFIER = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
 
@@ -71,6 +75,7 @@ def schema_grammar(schema: Any) -> str:
         ) from None
     if not isinstance(grammar, str) or "root" not in grammar:
         raise SchemaGrammarError("The JSON schema gave no grammar.")
+    grammar = _STRING_CHAR.sub(lambda _: _JSON_STRING_CHAR, grammar)
     try:
         check_grammar(grammar)
     except GrammarBoundsError as exc:
