@@ -52,20 +52,27 @@ class GrammarLimits:
     max_ways: int  # ways one position can begin (stacks made by one advance)
 
 
-# Measured on llama.cpp 0.3.36 (x86-64 Linux, gcc -O3): a nested group costs about 400 bytes
-# of C stack (an 8 MiB stack dies between 16,000 and 21,000 groups; a 1 MiB thread stack,
-# what some platforms give threads, near 2,500), a left-recursion-check frame about 100. The
-# limits keep a margin of at least 2.5 on a 1 MiB stack, and keep a JSON schema's grammar
-# working up to ``maxLength``/``maxItems`` of about 1,000 (the converter nests one group per
-# optional item). Building a sampler from 2,000,000 elements takes about a second.
+# Measured on llama.cpp 0.3.36 as vendored (x86-64 Linux; tests/engine/test_grammars.py keeps
+# the crash and the margin as tests). Nested groups: about 430 bytes of C stack each; the
+# parser dies (SIGSEGV) between 18,000 and 20,000 on an 8 MiB stack, between 2,000 and 2,500
+# on a 1 MiB thread stack, between 1,000 and 1,300 on 512 KiB. Rules that begin with rules:
+# about 100 bytes each, dying between 60,000 and 100,000 (8 MiB) and 8,000 and 12,000 (1 MiB).
+# So depth 1,000 and left depth 2,000 hold on any stack of 1 MiB or more (2x and 4x margins;
+# 18x and 30x on Linux's 8 MiB), and keep a JSON schema's grammar working up to
+# ``maxLength``/``maxItems`` 1,000 (the converter nests one group per optional item).
+# Build time: 2,000,000 rules of "a"{0,2000} take llama.cpp 5.6 s, 200,000 take 0.7 s; 58,000
+# alternatives of a start (its stacks, deduplicated by a linear search) 32 s, 4,000 0.25 s;
+# a left-recursion check that re-reads shared rules 2**20 times did not end in 20 s. What
+# binds first is this reading in Python: 25,000 rules take it about 1.5 s on a loaded
+# machine (load 9 on 2 cores), llama.cpp 0.1 s; a verdict is remembered (:func:`_verdict`).
 LIMITS = GrammarLimits(
     max_chars=500_000,
     max_depth=1_000,
     max_left_depth=2_000,
     max_left_steps=20_000_000,
-    max_rules=100_000,
-    max_elements=2_000_000,
-    max_ways=10_000,
+    max_rules=25_000,
+    max_elements=1_000_000,
+    max_ways=4_000,
 )
 
 # llama.cpp's MAX_REPETITION_THRESHOLD: the parser refuses more (gracefully).
@@ -76,10 +83,11 @@ _UINT32_MAX = 2**32 - 1
 # S* is S{0,}, S+ is S{1,}, S? is S{0,1}
 _QUANTIFIERS: dict[str, tuple[int, int | None]] = {"*": (0, None), "+": (1, None), "?": (0, 1)}
 
-# Elements of a rule, as stored here: a rule reference is its rule id (>= 0); the rest are
-# these markers. What the analyses need is only what llama.cpp branches on.
-_TERM = -1  # CHAR, CHAR_NOT, CHAR_ANY, TOKEN, TOKEN_NOT: a terminal starts here
-_MORE = -2  # CHAR_ALT, CHAR_RNG_UPPER: continues the terminal before it
+# Symbols of a rule, as stored here: a rule reference is its rule id (>= 0); the rest are
+# these markers. What the analyses need is only what llama.cpp branches on, so a literal or a
+# character class is one _TERM however many elements llama.cpp gives it (the real counts are
+# kept beside: _Parser.sizes, _Frame.size).
+_TERM = -1  # CHAR..., TOKEN, TOKEN_NOT: a terminal
 _ALT = -3
 _END = -4
 
@@ -152,7 +160,7 @@ def measure_grammar(text: str, limits: GrammarLimits = LIMITS) -> GrammarShape:
     rules = parser.rules
     if "root" not in parser.symbol_ids:
         raise GrammarSyntaxError("The grammar has no 'root' rule.")
-    left_depth, left_steps = _left_recursion_check(rules, parser, limits)
+    left_depth, left_steps = _left_recursion_check(rules, parser.sizes, parser, limits)
     ways = _max_ways(rules, parser, limits)
     return GrammarShape(
         chars=len(text),
@@ -174,7 +182,8 @@ class _Parser:
         self.limits = limits
         self.symbol_ids: dict[str, int] = {}
         self.rules: list[list[int]] = []
-        self.n_elements = 0  # elements in self.rules
+        self.sizes: list[int] = []  # llama.cpp's elements in each rule
+        self.n_elements = 0  # llama.cpp's elements in all rules, those being built included
         self.max_depth = 0
         self.rule_name = ""  # the rule being parsed: generated symbols are named after it
 
@@ -278,11 +287,23 @@ class _Parser:
                 f"repetitions are written out; at most {self.limits.max_rules:,}."
             )
 
-    def _add_rule(self, rule_id: int, rule: list[int]) -> None:
+    def _add_rule(self, rule_id: int, rule: list[int], size: int) -> None:
         while len(self.rules) <= rule_id:
             self.rules.append([])
-        self.n_elements += len(rule) - len(self.rules[rule_id])
+            self.sizes.append(0)
+        self.n_elements += size - self.sizes[rule_id]
         self.rules[rule_id] = rule
+        self.sizes[rule_id] = size
+
+    def _symbol_added(self, frame: _Frame, symbol: int, size: int) -> None:
+        """One symbol of ``size`` elements at the end of the open sequence."""
+        self._grow(size, 0)
+        frame.last_sym_start = len(frame.rule)
+        frame.tail_size = size
+        frame.n_prev_rules = 1
+        frame.rule.append(symbol)
+        frame.size += size
+        self.n_elements += size
 
     # -- the grammar ------------------------------------------------------------------
 
@@ -340,60 +361,52 @@ class _Parser:
             rule = frame.rule
             if c == '"':
                 pos += 1
-                frame.last_sym_start = len(rule)
-                frame.n_prev_rules = 1
                 count = 0
                 while self._at(pos) != '"':
                     if pos >= n:
                         raise self._syntax("unexpected end of input", pos)
                     pos = self._char_end(pos)
                     count += 1
-                self._grow(count, 0)
-                rule.extend([_TERM] * count)
-                self.n_elements += count
+                if count:
+                    self._symbol_added(frame, _TERM, count)
+                else:  # "" adds nothing (a quantifier after it has no item)
+                    frame.last_sym_start = len(rule)
+                    frame.tail_size = 0
+                    frame.n_prev_rules = 1
                 pos = self._space(pos + 1, frame.nested)
             elif c == "[":
                 pos += 1
                 if self._at(pos) == "^":
                     pos += 1
-                frame.last_sym_start = len(rule)
-                frame.n_prev_rules = 1
+                count = 0
                 while self._at(pos) != "]":
                     if pos >= n:
                         raise self._syntax("unexpected end of input", pos)
                     pos = self._char_end(pos)
-                    count = 1
+                    count += 1
                     if self._at(pos) == "-" and self._at(pos + 1) != "]":
                         if pos + 1 >= n:
                             raise self._syntax("unexpected end of input", pos + 1)
                         pos = self._char_end(pos + 1)
-                        count = 2
-                    self._grow(count, 0)
-                    first = frame.last_sym_start == len(rule)
-                    rule.append(_TERM if first else _MORE)
-                    if count == 2:
-                        rule.append(_MORE)
-                    self.n_elements += count
+                        count += 1
+                if count:
+                    self._symbol_added(frame, _TERM, count)
+                else:  # [] adds nothing, as "" does
+                    frame.last_sym_start = len(rule)
+                    frame.tail_size = 0
+                    frame.n_prev_rules = 1
                 pos = self._space(pos + 1, frame.nested)
             elif c in ("<", "!"):
                 if c == "!":
                     pos += 1
                 pos = self._token_end(pos)
-                self._grow(1, 0)
-                frame.last_sym_start = len(rule)
-                frame.n_prev_rules = 1
-                rule.append(_TERM)
-                self.n_elements += 1
+                self._symbol_added(frame, _TERM, 1)
                 pos = self._space(pos, frame.nested)
             elif c and self._is_word(c):
                 name_end = self._name_end(pos)
                 ref = self._symbol(src[pos:name_end])
                 pos = self._space(name_end, frame.nested)
-                self._grow(1, 0)
-                frame.last_sym_start = len(rule)
-                frame.n_prev_rules = 1
-                rule.append(ref)
-                self.n_elements += 1
+                self._symbol_added(frame, ref, 1)
             elif c == "(":
                 opened = pos
                 pos = self._space(pos + 1, True)
@@ -409,11 +422,7 @@ class _Parser:
                 frame = _Frame(rule_id=sub_id, nested=True, rule=[], symbols_before=symbols_before)
                 frame.last_sym_start = 0
             elif c == ".":
-                self._grow(1, 0)
-                frame.last_sym_start = len(rule)
-                frame.n_prev_rules = 1
-                rule.append(_TERM)
-                self.n_elements += 1
+                self._symbol_added(frame, _TERM, 1)
                 pos = self._space(pos + 1, frame.nested)
             elif c in ("*", "+", "?"):
                 pos = self._space(pos + 1, frame.nested)
@@ -459,28 +468,27 @@ class _Parser:
                 # parse_alternates: the sequence ended; another one follows
                 self._grow(1, 0)
                 rule.append(_ALT)
+                frame.size += 1
                 self.n_elements += 1
                 pos = self._space(pos + 1, True)
                 frame.last_sym_start = len(rule)
+                frame.tail_size = 0
                 frame.n_prev_rules = 1
             else:
                 # the end of this parse_alternates
                 self._grow(1, 0)
                 rule.append(_END)
-                self.n_elements += 1
-                # the rule's elements are counted already; _add_rule counts a replaced one
-                self.n_elements -= len(rule)
+                frame.size += 1
+                # the rule's elements are counted already; _add_rule counts them again
+                self.n_elements -= frame.size - 1
                 self._grow(0, 1)
-                self._add_rule(frame.rule_id, rule)
+                self._add_rule(frame.rule_id, rule, frame.size)
                 if not frames:
                     return pos
                 inner = frame
                 frame = frames.pop()
+                self._symbol_added(frame, inner.rule_id, 1)
                 frame.n_prev_rules = max(1, len(self.symbol_ids) - inner.symbols_before)
-                self._grow(1, 0)
-                frame.last_sym_start = len(frame.rule)
-                frame.rule.append(inner.rule_id)
-                self.n_elements += 1
                 if self._at(pos) != ")":
                     raise self._syntax("expecting ')'", pos)
                 pos = self._space(pos + 1, frame.nested)
@@ -511,6 +519,7 @@ class _Parser:
         if start == len(rule):
             raise self._syntax("expecting an item before */+/?/{", pos)
         prev = rule[start:]
+        prev_size = frame.tail_size
         no_max = high is None
         total = 1
         if high is not None and high > 0:
@@ -524,14 +533,15 @@ class _Parser:
                 pos,
             )
         n_opt = 1 if high is None else high - low
-        copies = (low - 1) * len(prev) if low > 0 else -len(prev)
-        self._grow(copies + n_opt * (len(prev) + 3) + (1 if n_opt > 0 else 0), n_opt)
+        copies = (low - 1) * prev_size if low > 0 else -prev_size
+        self._grow(copies + n_opt * (prev_size + 3) + (1 if n_opt > 0 else 0), n_opt)
         if low == 0:
             del rule[start:]
         else:
             for _ in range(low - 1):
                 rule.extend(prev)
         self.n_elements += copies
+        frame.size += copies
         last_rec = 0
         for i in range(n_opt):
             rec_id = self._generated(self.rule_name)
@@ -540,11 +550,13 @@ class _Parser:
                 rec.append(rec_id if no_max else last_rec)
             rec.extend((_ALT, _END))
             self._grow(0, 1)
-            self._add_rule(rec_id, rec)
+            self._add_rule(rec_id, rec, prev_size + len(rec) - len(prev))
             last_rec = rec_id
         if n_opt > 0:
             rule.append(last_rec)
             self.n_elements += 1
+            frame.size += 1
+        frame.tail_size = low * prev_size + (1 if n_opt > 0 else 0)
         frame.n_prev_rules *= total
 
 
@@ -558,6 +570,8 @@ class _Frame:
     symbols_before: int
     last_sym_start: int = 0
     n_prev_rules: int = 1
+    size: int = 0  # llama.cpp's elements in ``rule``
+    tail_size: int = 0  # ... in ``rule[last_sym_start:]``, what a quantifier repeats
 
 
 def _rule_name(parser: _Parser, rule_id: int) -> str:
@@ -573,7 +587,7 @@ def _left_recursive(parser: _Parser, rule_id: int) -> GrammarSyntaxError:
 
 
 def _left_recursion_check(
-    rules: list[list[int]], parser: _Parser, limits: GrammarLimits
+    rules: list[list[int]], sizes: list[int], parser: _Parser, limits: GrammarLimits
 ) -> tuple[int, int]:
     """What llama_grammar_detect_left_recursion does, as llama_grammar_init_impl runs it on
     every rule: (its deepest recursion, the rule elements it reads). It calls itself on each
@@ -631,7 +645,7 @@ def _left_recursion_check(
             path.pop()
             state[index] = 2
             depth[index] = 1 + max((depth[c] for c in calls[index]), default=0)
-            steps[index] = min(cap, len(rules[index]) + sum(steps[c] for c in calls[index]))
+            steps[index] = min(cap, sizes[index] + sum(steps[c] for c in calls[index]))
     # llama_grammar_init_impl starts a check at each rule no earlier check reached
     reached = [False] * n
     total = 0
@@ -663,90 +677,80 @@ def _left_recursion_check(
 
 
 def _max_ways(rules: list[list[int]], parser: _Parser, limits: GrammarLimits) -> int:
-    """The most ways one position of the grammar can begin: the stacks one advance of
-    ``llama_grammar_advance_stack`` can make from it, llama.cpp's parses kept side by side
-    (an upper bound: llama.cpp also merges stacks that two paths make alike). For a position
-    p, T(p) counts the stacks that end at a terminal and P(p) says whether p can reach the
-    end of its alternative (then the stack below goes on; every such path gives the same
-    stack). A reference to R followed by q: T = sum T(alt) + (P(R) ? T(q) : 0), P = P(R) and
-    P(q). A position that depends on itself is left recursion that llama.cpp's own check
-    misses (it looks only for literally empty alternatives): its advance would not end."""
+    """The most ways one place of the grammar can begin: the stacks one advance of
+    ``llama_grammar_advance_stack`` makes from it, llama.cpp's parses kept side by side (an
+    upper bound: llama.cpp also merges stacks that two paths make alike).
+
+    T(x) counts the stacks that end at a terminal, P(x) says whether x may be empty (every
+    empty path gives the same stack: the one below). A reference to R followed by the rest
+    q of its alternative: T = T(R) + (P(R) ? T(q) : 0), P = P(R) and P(q); T(R) sums its
+    alternatives. First T and P of each rule's start (a rule waits for the rules it begins
+    with; one that waits on itself is left recursion that llama.cpp's own check misses, as
+    it looks only for literally empty alternatives, and its advance would not end), then
+    every place inside the rules, right to left."""
     cap = limits.max_ways + 1
-    # the start of each alternative of each rule
-    starts: list[list[int]] = []
-    for rule in rules:
-        alt_starts = [0]
-        for i, element in enumerate(rule):
-            if element == _ALT:
-                alt_starts.append(i + 1)
-        starts.append(alt_starts)
-    too_many = GrammarBoundsError(
-        f"The grammar can begin at one place in more than {limits.max_ways:,} ways (each "
-        f"one a parse llama.cpp keeps and checks against every token); at most "
-        f"{limits.max_ways:,}."
-    )
-    # T and P per (rule, index), computed on demand with an explicit stack
-    done: dict[tuple[int, int], tuple[int, int]] = {}
-    active: set[tuple[int, int]] = set()
-    worst = 0
-
-    def after(rule: list[int], i: int) -> int:
-        """The index of the element after the one at i."""
-        j = i + 1
-        while j < len(rule) and rule[j] == _MORE:
-            j += 1
-        return j
-
-    for rule_index, rule in enumerate(rules):
-        for i in range(len(rule)):
-            if rule[i] == _MORE or (rule_index, i) in done:
+    n = len(rules)
+    t_start = [0] * n
+    p_start = [0] * n
+    state = [0] * n  # 0 new, 1 waiting on a rule it begins with, 2 done
+    cursor = [0] * n  # where the scan of a waiting rule resumes
+    partial = [0] * n  # T summed so far by that scan
+    nullable = [0] * n  # an alternative seen so far may be empty
+    for first in range(n):
+        if state[first]:
+            continue
+        state[first] = 1
+        path = [first]
+        while path:
+            r = path[-1]
+            rule = rules[r]
+            i, t, p = cursor[r], partial[r], nullable[r]
+            waiting = -1
+            while i < len(rule):
+                element = rule[i]
+                if element in (_ALT, _END):  # an alternative ended with all of it empty
+                    p = 1
+                    i += 1
+                    continue
+                if element >= 0:
+                    if state[element] == 1:
+                        raise _left_recursive(parser, element)
+                    if state[element] == 0:
+                        waiting = element
+                        break
+                    t = min(cap, t + t_start[element])
+                    if p_start[element]:
+                        i += 1
+                        continue
+                else:
+                    t = min(cap, t + 1)
+                while rule[i] not in (_ALT, _END):  # the rest of this alternative
+                    i += 1
+                i += 1
+            cursor[r], partial[r], nullable[r] = i, t, p
+            if waiting >= 0:
+                state[waiting] = 1
+                path.append(waiting)
                 continue
-            todo: list[tuple[int, int]] = [(rule_index, i)]
-            while todo:
-                key = todo[-1]
-                if key in done:
-                    todo.pop()
-                    continue
-                r, k = key
-                element = rules[r][k]
-                if element in (_ALT, _END):
-                    done[key] = (0, 1)
-                    todo.pop()
-                    continue
-                if element == _TERM:
-                    done[key] = (1, 0)
-                    todo.pop()
-                    continue
-                needed = [(element, s) for s in starts[element]]
-                missing = [d for d in needed if d not in done]
-                p_sum = 0
-                nxt = (r, after(rules[r], k))
-                if not missing:
-                    p_sum = max(done[d][1] for d in needed)
-                    if p_sum and nxt not in done:
-                        missing = [nxt]  # only a reference that may be empty goes on to q
-                if missing:
-                    active.add(key)
-                    for d in missing:
-                        if d in active:
-                            raise _left_recursive(parser, d[0])
-                        todo.append(d)
-                    continue
-                active.discard(key)
-                t_sum = min(cap, sum(done[d][0] for d in needed))
-                t_next, p_next = done[nxt] if p_sum else (0, 0)
-                t = min(cap, t_sum + p_sum * t_next)
-                p = p_sum * p_next  # 0 or 1
-                done[key] = (t, p)
-                worst = max(worst, t, p)
-                if worst > limits.max_ways:
-                    raise too_many
-                todo.pop()
-    # a reference to a rule (and the start of the root) begins with each of its alternatives
-    for rule_index, alt_starts in enumerate(starts):
-        for j in (0, 1):
-            ways = (sum if j == 0 else max)(done[(rule_index, s)][j] for s in alt_starts)
-            worst = max(worst, ways)
-            if worst > limits.max_ways:
-                raise too_many
+            t_start[r], p_start[r], state[r] = t, p, 2
+            path.pop()
+    worst = max(t_start, default=0)
+    for rule in rules:
+        t_next, p_next = 0, 1
+        for element in reversed(rule):
+            if element in (_ALT, _END):
+                t_next, p_next = 0, 1
+            elif element < 0:
+                t_next, p_next = 1, 0
+            else:
+                empty = p_start[element]
+                t_next = min(cap, t_start[element] + (t_next if empty else 0))
+                p_next = p_next if empty else 0
+                worst = max(worst, t_next)
+    if worst > limits.max_ways:
+        raise GrammarBoundsError(
+            f"The grammar can begin at one place in more than {limits.max_ways:,} ways "
+            f"(each one a parse llama.cpp keeps and checks against every token); at most "
+            f"{limits.max_ways:,}."
+        )
     return worst

@@ -78,7 +78,7 @@ HOSTILE: dict[str, tuple[str, dict[str, Any], str, str]] = {
             + "".join(f'r{i} ::= r{i - 1} r{i - 1} | ""\n' for i in range(2, 17))
         ),
         "grammar",
-        "in more than 10,000 ways",
+        "in more than 4,000 ways",
     ),
 }
 
