@@ -59,7 +59,10 @@ def schema_grammar(schema: Any) -> str:
         return JSON_GBNF
     if not isinstance(schema, dict):
         raise SchemaGrammarError(f"A JSON schema must be an object, not {type(schema).__name__}.")
-    text = json.dumps(schema)
+    try:
+        text = json.dumps(schema)
+    except RecursionError:
+        raise SchemaGrammarError("The JSON schema is nested too deeply.") from None
     if len(text) > MAX_SCHEMA_CHARS:
         raise SchemaGrammarError(
             f"The JSON schema is too large ({len(text):,} characters; at most {MAX_SCHEMA_CHARS:,})."

@@ -437,3 +437,13 @@ def test_a_schema_grammar_gives_a_reply_that_parses(
         assert 0 <= reply["count"] <= 9 and isinstance(reply["ok"], bool)
     else:
         assert 2 <= len(reply) <= 3 and set(reply) <= {1, 2, 3}
+
+
+def test_a_schema_nested_beyond_python_s_recursion_is_a_sentence() -> None:
+    schema: dict[str, Any] = {}
+    inner = schema
+    for _ in range(5000):
+        inner["items"] = {}
+        inner = inner["items"]
+    with pytest.raises(SchemaGrammarError, match="nested too deeply"):
+        schema_grammar(schema)
