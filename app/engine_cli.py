@@ -288,16 +288,35 @@ def sampling_params(args: argparse.Namespace, grammar: str | None = None) -> Sam
 
 
 def _read_grammar(path: str | None) -> str | None:
+    """The text of ``--grammar FILE``, checked before llama.cpp parses it (a grammar beyond
+    :data:`~app.engine.grammar_bounds.LIMITS` would crash the process)."""
+    from app.engine.grammar_bounds import (
+        LIMITS,
+        GrammarBoundsError,
+        GrammarSyntaxError,
+        check_grammar,
+    )
+
     if path is None:
         return None
     if not Path(path).is_file():
         raise LlamaDeskError(f"The grammar file {path} does not exist or is not a file.")
     try:
+        # UTF-8 takes at most 4 bytes a character: a larger file is refused unread
+        if Path(path).stat().st_size > 4 * LIMITS.max_chars:
+            raise LlamaDeskError(
+                f"The grammar file {path} is larger than a grammar may be "
+                f"({LIMITS.max_chars:,} characters at most)."
+            )
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise LlamaDeskError(f"The grammar file {path} cannot be read: {exc}.") from exc
     if not text.strip():
         raise LlamaDeskError(f"The grammar file {path} is empty.")
+    try:
+        check_grammar(text)
+    except (GrammarBoundsError, GrammarSyntaxError) as exc:
+        raise LlamaDeskError(f"The grammar file {path} cannot be used: {exc}") from None
     return text
 
 
