@@ -29,7 +29,7 @@ import numpy as np
 
 from app.engine.cache import CacheTraits
 from app.engine.chat_fit import ChatFitter
-from app.engine.chat_template import ChatTemplate, ReasoningOptions
+from app.engine.chat_template import ChatTemplate, ReasoningDefaults, ReasoningOptions
 from app.engine.context import Context
 from app.engine.context_shift import ContextShift
 from app.engine.embeddings import embed
@@ -79,6 +79,15 @@ class Engine:
     @property
     def template(self) -> ChatTemplate | None:
         return self._h.template
+
+    @property
+    def reasoning_defaults(self) -> ReasoningDefaults:
+        """How the loaded model's template reasons: its format, and whether a turn without
+        a choice thinks (llama-server's rule: :mod:`app.engine.chat_template.thinking`)."""
+        template = self._h.template
+        if template is None:
+            raise EngineError("No model is loaded. Load a model first.")
+        return template.reasoning_defaults
 
     @property
     def _seqs(self) -> dict[int, Sequence]:

@@ -6,6 +6,12 @@ quarter, 128, not half); once messages are dropped the next turns append to a pr
 holds (attention caches shift the kept part into place, the others drop down to half the
 budget at once and re-read from the system prompt's checkpoint only now and then); and
 every reply equals a fresh run of the same kept tokens.
+
+Which fresh run (issue 18, item 10): the probe decodes the kept tokens whole, the turn reused
+a cached prefix (another chunking). Identity holds on the random-weight tiny models here
+(checked per turn below); with trained weights it would not, and a test of such a model
+compares logits within a tolerance instead (tests/engine/test_families.py,
+``assert_logits_close``).
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def test_next_turn_processes_only_the_new_suffix(engine: Engine) -> None:
     # Regenerating the last reply re-processes nothing: the prompt's last logits were kept.
     again = engine.chat(messages, greedy, key=key)
     assert again.n_prompt_processed == 0
-    assert again.tokens == second.tokens
+    assert again.tokens == second.tokens  # the same kept logits: identical by construction
 
 
 def test_editing_an_early_message_removes_only_the_changed_suffix(engine: Engine) -> None:
