@@ -14,8 +14,9 @@ the template shows it**, that is
   DeepSeek V3.2/V4, MiniMax-M3, Gemma 4, LFM2...: :func:`llama_server_handler`; one that
   does not, GigaChat 3 or Functionary, leaves thinking off), else
 * it renders a past turn's ``reasoning_content`` (the analysis' first probe), or
-* its generation prompt differs at the end between ``enable_thinking`` true and false
-  (the second probe: the prompt opens or closes the reasoning block), or
+* its generation prompt differs at the end between thinking on and off (the second probe,
+  made here with every switch the template reads: the prompt opens or closes the
+  reasoning block, not only a header further up), or
 * it is one of the old Qwen/DeepSeek templates that split ``content`` on ``</think>``, or
   Granite 3.3 (the analysis' own patches for those).
 
@@ -24,9 +25,10 @@ A default render (:class:`ReasoningOptions` with ``enable_thinking=None``) passe
 template, so a template with a switch of its own renders its own default exactly as
 llama-server does (Apertus writes "Deliberation: disabled", Tencent Hy3 ``no_think``,
 DeepSeek V4 derives ``thinking`` from ``enable_thinking``, MiniMax-M3 leaves
-``thinking_mode`` unset). An explicit choice (``True`` or ``False``, or an effort) sets
-every name the template reads for it (``thinking``, ``thinking_mode``, ``reasoning``,
-``thinking_budget``, ``reasoning_effort``, ``reasoning_strength``, ``thinking_effort``).
+``thinking_mode`` unset). An explicit choice (``True`` or ``False``) sets every name the
+template reads for it (``thinking``, ``thinking_mode``, ``reasoning``, ``thinking_budget``,
+Hy3's ``reasoning_effort``); an effort sets ``reasoning_effort``, ``reasoning_strength``
+and ``thinking_effort`` where the template reads them, as llama-server does.
 
 :class:`ReasoningDefaults` is what the engine reports about the loaded model's template:
 its format, whether the rule turns thinking on, and whether a default render thinks.
