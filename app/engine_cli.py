@@ -346,14 +346,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     """A client of the :class:`~app.session.Session` (as the window and the API server
     are): one without a state store or database, so nothing is persisted. Conversations
     1..N are the ``--parallel`` sequences; their turns start together in one batch."""
-    from app.engine.chat_template import ReasoningEffort, ReasoningOptions
+    from app.engine.chat_template import ChatTemplate, ReasoningEffort, ReasoningOptions
     from app.engine.reasoning import Channel
     from app.session import ChatMessage, RestoreOutcome, Session, TurnId, TurnResult
     from app.session import events as ev
 
     path, prompt = _resolve_model_and_prompt(args)
     reasoning = ReasoningOptions(
-        enable_thinking=not args.no_thinking,
+        # No choice: the model's default (llama-server's rule, app/engine/chat_template).
+        enable_thinking=False if args.no_thinking else None,
         effort=ReasoningEffort(args.reasoning_effort) if args.reasoning_effort else None,
     )
     if args.parallel < 1:
@@ -379,6 +380,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if isinstance(event, ev.ModelLoadFailed):
                 raise LlamaDeskError(event.message)
             if isinstance(event, ev.ModelLoaded):
+                loaded = event.model
                 break
         t_load = time.perf_counter() - t0
         if args.resume_session:
@@ -473,9 +475,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             }
             for c in completions
         ]
+        info = loaded.info
+        # How the model's template reasons and what a turn without a choice does (the
+        # same rule the window and /props show).
+        thinking = ChatTemplate.for_model(info.chat_template, info.bos_token, info.eos_token)
         print(
             json.dumps(
-                {"model": str(path), "results": results, "timings": timings}, ensure_ascii=False
+                {
+                    "model": str(path),
+                    "reasoning_defaults": thinking.reasoning_defaults.to_dict(),
+                    "results": results,
+                    "timings": timings,
+                },
+                ensure_ascii=False,
             )
         )
     elif args.parallel > 1:
