@@ -330,12 +330,15 @@ def parse_chat(body: Any, header_conversation: str | None = None) -> ChatRequest
 
 
 def _reasoning(body: dict[str, Any]) -> ReasoningOptions:
-    enable = True
+    # Nothing asked: None, the model's own default (the rule in
+    # app/engine/chat_template/thinking.py, llama-server's), not "thinking on".
+    enable: bool | None = None
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None:
         if not isinstance(kwargs, dict):
             raise bad_request("'chat_template_kwargs' must be an object.", "chat_template_kwargs")
-        enable = get_bool(kwargs, "enable_thinking", True)
+        if kwargs.get("enable_thinking") is not None:
+            enable = get_bool(kwargs, "enable_thinking")
     effort_name = get_str(body, "reasoning_effort")
     effort = None
     if effort_name is not None:
