@@ -26,6 +26,7 @@ from app.engine import SamplingParams
 from app.server.admission import Admission
 from app.server.config import ServerConfig
 from app.server.generation import Generation
+from app.server.heap import limit_heap_growth
 from app.server.params import GenerationRequest
 from app.server.pool import ConversationPool
 from app.server.prompts import RequestVocab
@@ -82,6 +83,7 @@ class ApiService:
         not "loading"; ``in_use_elsewhere(storage id)``: True
         while a window tab has that conversation open (its requests get a 409; called on
         request threads); ``slots_dir``: where ``/slots`` save and restore files go."""
+        limit_heap_growth()  # before the first large body (see app.server.heap)
         self.session = session
         self.config = config
         self.store = store
