@@ -25,7 +25,7 @@ from app.session import LoadedModel
 if TYPE_CHECKING:
     from app.engine.model import Model
 
-# Token arrays a request may send, and texts /tokenize answers for (2**20 tokens).
+# Token arrays a request may send (2**20 tokens).
 MAX_TOKENS_IN = 1 << 20
 
 GONE_MESSAGE = "The model was unloaded while the request was read; retry."

@@ -15,11 +15,12 @@ from app.engine.tokenizer import TextTooLongError
 from app.server.admission import Admission
 from app.server.errors import ApiError, bad_request, unavailable
 from app.server.params import expect_object, get_bool, get_str, parse_chat
-from app.server.prompts import MAX_TOKENS_IN, RequestVocab
+from app.server.prompts import RequestVocab
 from app.server.reply_items import Gone
 from app.server.served_model import ServedModel
 
 MAX_EMBED_INPUTS = 2048
+TOKENIZE_MIN_LIMIT = 1 << 16
 
 
 class TextEndpoints:
@@ -36,14 +37,17 @@ class TextEndpoints:
         add_special = get_bool(body, "add_special", False)
         parse_special = get_bool(body, "parse_special", True)
         with_pieces = get_bool(body, "with_pieces", False)
+        # Up to the context, or 65,536 tokens: more than a request could use, and a
+        # bound on the time a hostile text (a long run without spaces) holds the model.
+        limit = max(self._served.get().n_ctx, TOKENIZE_MIN_LIMIT)
         try:
             tokens = self._vocab.tokenize(
-                content, MAX_TOKENS_IN, add_special=add_special, parse_special=parse_special
+                content, limit, add_special=add_special, parse_special=parse_special
             )
         except TextTooLongError as exc:
             raise bad_request(
                 f"The text has at least {exc.at_least:,} tokens; /tokenize answers for at "
-                f"most {MAX_TOKENS_IN:,}. Send it in parts.",
+                f"most {limit:,} (this server's context). Send it in parts.",
                 "content",
             ) from None
         if not with_pieces:
