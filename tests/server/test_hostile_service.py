@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from app.server import ServerConfig, ServerRunner
-from tests.server.conftest import ServeProcess, start_server
+from tests.server.conftest import MakeServer, ServeProcess, start_server
 
 CHAT = "/v1/chat/completions"
 # Just under the 8 MiB body bound once JSON-encoded.
@@ -200,3 +200,18 @@ def test_memory_returns_after_large_requests(
     assert after - baseline < 12, (baseline, after)
     code, err = proc.stop()
     assert code == 0 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("pooling", ["none", "rank"])
+def test_embeddings_from_a_context_that_pools_none_or_ranks(
+    make_server: MakeServer, pooling: str
+) -> None:
+    # "rank" used to read n_embd floats where llama.cpp keeps one score: refused instead.
+    runner = make_server(
+        ServerConfig(parallel=2, max_resident=2), embeddings=True, pooling_type=pooling
+    )
+    with httpx2.Client(base_url=runner.url, timeout=60) as http:
+        error = error_of(http.post("/v1/embeddings", json={"input": "hello"}), 400, "input")
+        assert f"'{pooling}'" in error["message"] and "--pooling mean" in error["message"]
+        assert error["code"] == "pooling_unsupported"
+        assert http.get("/health").json() == {"status": "ok"}
