@@ -47,7 +47,8 @@ class TextEndpoints:
         except TextTooLongError as exc:
             raise bad_request(
                 f"The text has at least {exc.at_least:,} tokens; /tokenize answers for at "
-                f"most {limit:,} (this server's context). Send it in parts.",
+                f"most {limit:,} (this server's context, at least {TOKENIZE_MIN_LIMIT:,}). "
+                "Send it in parts.",
                 "content",
             ) from None
         if not with_pieces:
