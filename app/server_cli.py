@@ -10,7 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from app.engine_cli import add_schema_args, context_settings, default_model_path
+from app.errors import LlamaDeskError
 from app.settings_schema import CONTEXT_FIELDS
+
+# The poolings that give one vector (or score) per input; "none" gives one per token.
+POOLING_CHOICES = ("mean", "cls", "last", "rank")
 
 SERVE_CONTEXT = tuple(CONTEXT_FIELDS[name] for name in ("n_ctx", "n_batch", "n_threads"))
 
@@ -64,7 +68,19 @@ def register(sub: Any) -> None:
         metavar="ORIGIN",
         help="allow browser pages from ORIGIN ('*': any); repeatable (default: CORS off)",
     )
-    p.add_argument("--embeddings", action="store_true", help="a context that computes embeddings")
+    p.add_argument(
+        "--embeddings",
+        action="store_true",
+        help="a context that computes embeddings (/v1/embeddings)",
+    )
+    p.add_argument(
+        "--pooling",
+        choices=POOLING_CHOICES,
+        metavar="{" + ",".join(POOLING_CHOICES) + "}",
+        help="how --embeddings combines the tokens' vectors into one: mean, cls (first "
+        "token), last, or rank (a reranker's score; /v1/embeddings refuses it) "
+        "(default: the model's own pooling, else mean)",
+    )
     p.add_argument(
         "--no-persist",
         action="store_true",
@@ -88,6 +104,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         model_alias=args.alias,
     )
     config.validate()
+    if args.pooling and not args.embeddings:
+        raise LlamaDeskError("--pooling chooses how embeddings are pooled: add --embeddings.")
     path = Path(args.model) if args.model else default_model_path()
     n_seq = config.resident + config.parallel
     if args.embeddings:
@@ -97,7 +115,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         n_seq = min(16, 1 << (max(1, n_seq).bit_length() - 1))
     settings = context_settings(args, n_seq)
     if args.embeddings:
+        from app.engine.embeddings import default_pooling
+
         settings.embeddings = True
+        settings.pooling_type = args.pooling or default_pooling(path)
     runner = ServerRunner(path, settings, config, persist=not args.no_persist)
     loaded = runner.start(background=True)  # /health answers "loading" meanwhile
 

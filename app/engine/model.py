@@ -20,6 +20,7 @@ from app.engine import llama_log
 from app.engine.errors import EngineError, ModelLoadError
 from app.engine.metadata import ModelInfo, check_gguf_file, fingerprint, read_model_info
 from app.engine.settings import ModelSettings
+from app.engine.tokenizer import VocabLease
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ class Model:
         progress: ProgressCallback | None = None,
     ) -> None:
         ensure_backend()
+        # Other threads tokenize with this vocabulary (app.engine.tokenizer); close waits.
+        self.lease = VocabLease()
         settings = settings or ModelSettings()
         settings.validate()
         p = check_gguf_file(path)
@@ -180,6 +183,7 @@ class Model:
     def close(self) -> None:
         handle = getattr(self, "handle", None)
         if handle:
+            self.lease.retire()
             llama_cpp.llama_model_free(handle)
             self.handle = None
 
