@@ -15,10 +15,11 @@ left to the caller (:mod:`app.engine.metadata`), which has the tensor infos to c
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -156,6 +157,13 @@ class GGUFArray:
         start = int(self._starts[index])
         return self._buf[start : start + int(self._lengths[index])]
 
+    def spans(self) -> tuple[bytes, np.ndarray, np.ndarray]:
+        """A string array's buffer with the start offsets and lengths of its elements
+        (for checks that look at every element at once)."""
+        if self._starts is None or self._lengths is None:
+            raise TypeError("not a string array")
+        return self._buf, self._starts, self._lengths
+
     def __getitem__(self, index: int) -> Any:
         if self.type == T_STRING:
             return self.raw(index).decode("utf-8", errors="replace")
@@ -221,9 +229,22 @@ class GGUFHeader:
     alignment: int
     data_offset: int  # file offset of the data section (aligned end of the header)
     file_size: int
+    # The header's bytes (at least up to ``header_end``, the end of the last tensor info),
+    # kept for :meth:`digest`; the arrays above are views into them anyway.
+    raw: bytes = field(default=b"", repr=False, compare=False)
+    header_end: int = 0
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.fields.get(key, default)
+
+    def digest(self) -> str:
+        """A hash of everything llama.cpp reads before the weights: the header's bytes
+        (metadata and tensor infos) and the file's size (the tensors' data must fit in
+        it). Two files with the same digest load, or fail, the same way up to the weights."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(self.file_size.to_bytes(8, "little"))
+        h.update(memoryview(self.raw)[: self.header_end])
+        return h.hexdigest()
 
 
 class _Source:
@@ -352,6 +373,8 @@ def _parse(src: _Source) -> GGUFHeader:
         alignment=alignment,
         data_offset=data_offset,
         file_size=src.size,
+        raw=src.buf,
+        header_end=pos,
     )
 
 

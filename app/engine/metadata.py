@@ -28,6 +28,7 @@ from app.engine.gguf_header import (
     GGUFHeaderError,
     read_header,
 )
+from app.engine.header_checks import hparams_problem, vocabulary_problem
 
 GGUF_MAGIC = b"GGUF"
 
@@ -298,6 +299,14 @@ def read_model_info(path: str | os.PathLike[str], *, check_loadable: bool = True
     """Read a GGUF header. Raises :class:`ModelLoadError` for anything broken and, unless
     ``check_loadable`` is False, for a file llama.cpp would refuse to load (the error is
     a sentence saying what is wrong and what to do)."""
+    return read_model_header(path, check_loadable=check_loadable)[0]
+
+
+def read_model_header(
+    path: str | os.PathLike[str], *, check_loadable: bool = True
+) -> tuple[ModelInfo, GGUFHeader]:
+    """:func:`read_model_info` and the parsed header it came from (whose
+    :meth:`GGUFHeader.digest` identifies what a load reads)."""
     p = check_gguf_file(path)
     try:
         header = read_header(p)
@@ -316,7 +325,7 @@ def read_model_info(path: str | os.PathLike[str], *, check_loadable: bool = True
         ) from exc
     if problem is not None:
         raise ModelLoadError(problem)
-    return info
+    return info, header
 
 
 def _header_failure(p: Path, exc: GGUFHeaderError) -> str:
@@ -516,12 +525,15 @@ def load_problem(header: GGUFHeader, p: Path, info: ModelInfo) -> str | None:
             f"{name} holds only a vocabulary (no weights): it is a tokenizer file, not a "
             "model; download the full model."
         )
-    if info.n_vocab == 0:
+    tokens = header.fields.get("tokenizer.ggml.tokens")
+    mistyped = isinstance(tokens, GGUFArray) and tokens.type != T_STRING  # said below
+    if info.n_vocab == 0 and not mistyped:
         return (
             f"{name} has no vocabulary (tokenizer.ggml.tokens is missing), so it cannot be "
             "used for chat."
         )
-    return zero
+    # llama.cpp's order: hyper-parameters, then the vocabulary (both may abort the process).
+    return hparams_problem(header, name, arch) or vocabulary_problem(header, name) or zero
 
 
 def fingerprint(path: str | os.PathLike[str]) -> str:
