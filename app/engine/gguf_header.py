@@ -304,7 +304,7 @@ def _parse(src: _Source) -> GGUFHeader:
         if not key:
             raise GGUFHeaderError("malformed", f"key {i} is empty")
         if key in fields:
-            raise GGUFHeaderError("malformed", f"the key '{key}' appears twice")
+            raise GGUFHeaderError("malformed", f"the key '{printable_name(key)}' appears twice")
         buf = src.ensure(pos + 4)
         vtype = _I32.unpack_from(buf, pos)[0]
         pos += 4
@@ -315,9 +315,11 @@ def _parse(src: _Source) -> GGUFHeader:
             count = _U64.unpack_from(buf, pos + 4)[0]
             pos += 12
             if etype not in _SCALAR and etype != T_STRING:
-                raise GGUFHeaderError("malformed", f"the key '{key}' has an invalid type")
+                raise GGUFHeaderError(
+                    "malformed", f"the key '{printable_name(key)}' has an invalid type"
+                )
             if count > GGUF_MAX_ARRAY_ELEMENTS:
-                raise GGUFHeaderError("malformed", f"the array '{key}' is too long")
+                raise GGUFHeaderError("malformed", f"the array '{printable_name(key)}' is too long")
             value, pos = _array(src, pos, etype, count)
         elif vtype == T_STRING:
             raw, pos = _string(src, pos)
@@ -330,7 +332,9 @@ def _parse(src: _Source) -> GGUFHeader:
                 value = value != 0
             pos += fmt.size
         else:
-            raise GGUFHeaderError("malformed", f"the key '{key}' has an invalid type {vtype}")
+            raise GGUFHeaderError(
+                "malformed", f"the key '{printable_name(key)}' has an invalid type {vtype}"
+            )
         fields[key] = value
         types[key] = vtype
 
@@ -353,7 +357,8 @@ def _parse(src: _Source) -> GGUFHeader:
         if n_dims > GGML_MAX_DIMS:
             raise GGUFHeaderError(
                 "malformed",
-                f"the tensor '{name_bytes.decode('utf-8', 'replace')}' has {n_dims} dimensions",
+                f"the tensor '{printable_name(name_bytes.decode('utf-8', 'replace'))}' has {n_dims} "
+                "dimensions",
             )
         buf = src.ensure(pos + 8 * n_dims + 12)
         dims = tuple(i64(buf, pos + 8 * j)[0] for j in range(n_dims))
@@ -376,6 +381,13 @@ def _parse(src: _Source) -> GGUFHeader:
         raw=src.buf,
         header_end=pos,
     )
+
+
+def printable_name(name: str, limit: int = 48) -> str:
+    """A key or tensor name as a sentence can quote it: a damaged one holds control
+    characters and runs on into the next field."""
+    clean = "".join(c if c.isprintable() else "?" for c in name)
+    return clean if len(clean) <= limit else clean[: limit - 1] + "…"
 
 
 def _string(src: _Source, pos: int) -> tuple[bytes, int]:

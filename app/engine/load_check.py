@@ -23,8 +23,8 @@ import hashlib
 import json
 import logging
 import os
+import re
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app import paths
+from app.engine import load_check_runner
 from app.engine.errors import ModelLoadError
 from app.engine.gguf_header import GGUFHeader
 from app.fsutil import atomic_write_bytes
@@ -155,63 +156,45 @@ def _write_cached(key: str, verdict: Verdict, path: Path) -> None:
 # -- the parent side ----------------------------------------------------------------------
 
 
-def child_command(path: Path, n_gpu_layers: int) -> list[str]:
-    args = [str(path), "--n-gpu-layers", str(n_gpu_layers)]
-    if getattr(sys, "frozen", False):  # a PyInstaller bundle: its executable is the CLI
-        return [sys.executable, "__load-check", *args]
-    return [sys.executable, "-m", "app.engine.load_check", *args]
-
-
 def _run_child(
     path: Path, architecture: str, n_gpu_layers: int, timeout: float
 ) -> tuple[Verdict, bool]:
     """The child's verdict, and whether it says something about the file (kept) rather
     than about this run (a timeout, a child that could not start)."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])  # the folder holding the app package
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    env["GGML_NO_BACKTRACE"] = "1"  # an abort must not attach a debugger for a backtrace
     started = time.monotonic()
     try:
-        proc = subprocess.run(
-            child_command(path, n_gpu_layers),
-            capture_output=True,
-            timeout=timeout,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            check=False,
+        outcome = load_check_runner.run_check(
+            [str(path), "--n-gpu-layers", str(n_gpu_layers)], timeout
         )
-    except subprocess.TimeoutExpired:
+    except OSError as exc:
+        log.warning("the load check of %s could not start: %s", path.name, exc)
+        return Verdict(True, "", "unchecked"), False
+    code = outcome.returncode
+    log.info("load check of %s: exit %s in %.2f s", path.name, code, time.monotonic() - started)
+    if code is None:
         return Verdict(
             False,
             f"LlamaDesk could not check {path.name} within {timeout:.0f} s before loading it "
             "(the computer may be busy). Try again.",
             "unchecked",
         ), False
-    except OSError as exc:
-        log.warning("the load check of %s could not start: %s", path.name, exc)
-        return Verdict(True, "", "unchecked"), False
-    elapsed = time.monotonic() - started
-    stdout = proc.stdout.decode("utf-8", "replace")
-    stderr = proc.stderr.decode("utf-8", "replace")
-    result = _result_line(stdout)
-    log.info("load check of %s: exit %s in %.2f s", path.name, proc.returncode, elapsed)
-    if proc.returncode == 0 and result is not None:
+    result = _result_line(outcome.stdout)
+    if code == 0 and result is not None:
         if result.get("ok") is True:
             return Verdict(True), True
         said = str(result.get("said") or "")
         message = refusal_message(path, architecture, said)
         # Memory is about this computer now, not the file: try again next time.
         return Verdict(False, message), "memory" not in said.lower()
-    if proc.returncode < 0 and -proc.returncode in _CRASH_SIGNALS:
-        return Verdict(False, crash_message(path, -proc.returncode, stderr)), True
+    if code < 0 and -code in _CRASH_SIGNALS:
+        return Verdict(False, crash_message(path, -code, outcome.stderr)), True
     # The child itself failed (killed from outside, a Python error): not a verdict on the
     # file. The load goes on as before the check existed, and the next one checks again.
     log.warning(
         "the load check of %s ended with %s: %s",
         path.name,
-        proc.returncode,
-        _tail(stderr, 3) or "no output",
+        code,
+        _tail(outcome.stderr, 3) or "no output",
     )
     return Verdict(True, "", "unchecked"), False
 
@@ -246,6 +229,10 @@ def crash_message(path: Path, signum: int, stderr: str) -> str:
     )
     if said is None:
         said = next((line for line in reversed(lines) if "error" in line.lower()), None)
+    if said:
+        # "/tmp/pip-install-…/vendor/llama.cpp/src/llama-vocab.cpp:2544: GGML_ASSERT(…)":
+        # the source file's name is enough.
+        said = re.sub(r"\S*/([^/\s]+:\d+)", r"\1", said)
     detail = f": {said[-300:]}" if said else ""
     return (
         f"The model file {path.name} is damaged: llama.cpp stops with {name} when it loads "
@@ -255,8 +242,6 @@ def crash_message(path: Path, signum: int, stderr: str) -> str:
 
 def refusal_message(path: Path, architecture: str, said: str) -> str:
     """The sentence for a load that llama.cpp refused, from what it logged (``said``)."""
-    import re
-
     lowered = said.lower()
     if "unknown model architecture" in lowered:
         return (
@@ -276,8 +261,16 @@ def refusal_message(path: Path, architecture: str, said: str) -> str:
         return f"{path.name} is incomplete or damaged (weights are missing). Download or copy it again."
     if "failed to allocate" in lowered or "out of memory" in lowered:
         return f"There is not enough memory to load {path.name}. Close other programs or choose a smaller model."
-    detail = f" llama.cpp said: {said}" if said else ""
-    return f"llama.cpp could not load {path.name}.{detail}"
+    # "llama_model_load: error loading model: error loading model vocabulary: <why>
+    # llama_model_load_from_file_impl: failed to load model": <why> is the news.
+    why = re.sub(r"\s*llama_model_load_from_file_impl: failed to load model\.?", "", said)
+    why = why.rsplit("error loading model", 1)[-1].lstrip(": ").strip().rstrip(".")
+    if not why:
+        return f"llama.cpp could not load {path.name}. The file may be damaged; download it again."
+    return (
+        f"llama.cpp could not load {path.name} ({why[:200]}). The file may be damaged; "
+        "download it again."
+    )
 
 
 # -- the child side -----------------------------------------------------------------------
@@ -285,6 +278,9 @@ def refusal_message(path: Path, architecture: str, said: str) -> str:
 
 def child_main(argv: Sequence[str] | None = None) -> int:
     """Load the file as the app would, without weights; print one result line."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--serve"]:  # the warm helper (load_check_runner): fork per check
+        return load_check_runner.serve(child_main)
     parser = argparse.ArgumentParser(prog="python -m app.engine.load_check")
     parser.add_argument("path")
     parser.add_argument("--n-gpu-layers", type=int, default=0)

@@ -240,19 +240,31 @@ class Mutant:
     expect: str | None = None  # a phrase the refusal must hold; None: loads or refuses
 
 
-def write_targeted_mutants(folder: Path, base: Path, prefix: str) -> list[Mutant]:
-    """Damage to one field at a time of ``base`` (a model the tests write)."""
+def write_targeted_mutants(
+    folder: Path, base: Path, prefix: str, only: set[str] | None = None
+) -> list[Mutant]:
+    """Damage to one field at a time of ``base`` (a model the tests write); ``only`` keeps
+    the mutants of those names (without the prefix)."""
     folder.mkdir(parents=True, exist_ok=True)
-    original = base.read_bytes()
+    parsed = parse(base.read_bytes())
     out: list[Mutant] = []
 
     def put(name: str, content: bytes, expect: str | None) -> None:
+        if only is not None and name not in only:
+            return
         path = folder / f"{prefix}-{name}.gguf"
         path.write_bytes(content)
         out.append(Mutant(f"{prefix}-{name}", path, expect))
 
-    def edited() -> Header:
-        return parse(original)
+    def edited() -> Header:  # a fresh copy of the parsed file to damage
+        return Header(
+            parsed.version,
+            [list(kv) for kv in parsed.kvs],
+            [[n, list(d), t, o] for n, d, t, o in parsed.tensors],
+            parsed.data,
+            parsed.header_end,
+            parsed.alignment,
+        )
 
     h = edited()
     tokens = token_list(h)
@@ -373,7 +385,7 @@ def write_targeted_mutants(folder: Path, base: Path, prefix: str) -> list[Mutant
         h.set(
             f"{arch}.attention.head_count", T_ARRAY, number_array(T_UINT32, [4] * (n_layer - 1))
         ).encode(),
-        "values for",
+        "value(s) for",
     )
     h = edited()
     put(
@@ -472,3 +484,38 @@ def write_random_mutants(
         path.write_bytes(bytes(buf))
         out.append(Mutant(name, path))
     return out
+
+
+# -- the sweep ----------------------------------------------------------------------------
+
+
+def sweep(paths: list[Path]) -> None:
+    """Open each file through the app's load path (the engine: header checks, the load
+    check, llama.cpp's load, a context) and print what happened, one line per step.
+
+    The tests run this in a child process: if a load still kills the process, the last
+    ``BEGIN`` line names the file that did.
+    """
+    import json
+    import traceback
+
+    from app.engine import Engine, EngineError
+    from app.engine.settings import ContextSettings
+
+    for path in paths:
+        print("BEGIN", path.name, flush=True)
+        try:
+            with Engine.open(path, ContextSettings(n_ctx=256, n_batch=64, n_ubatch=64)) as engine:
+                engine.detokenize(engine.tokenize("Hello world, 日本 🦙\n"))
+        except EngineError as exc:
+            print("REFUSED", path.name, json.dumps(str(exc)), flush=True)
+        except Exception:
+            print("ERROR", path.name, json.dumps(traceback.format_exc()), flush=True)
+        else:
+            print("LOADED", path.name, flush=True)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sweep([Path(p) for p in sys.argv[1:]])
