@@ -315,3 +315,26 @@ def test_a_model_the_header_checks_pass_but_llama_cpp_aborts_on_is_refused(
     assert proc.returncode == 3, (proc.returncode, proc.stderr[-1000:])
     assert "stops with SIGABRT" in proc.stdout and "id_to_token.size()" in proc.stdout
     shutil.rmtree(tmp_path / "home")
+
+
+def test_a_new_process_and_the_forked_child_report_the_same(
+    bases: dict[str, Path], tmp_path: Path
+) -> None:
+    """Each check runs in a new process, or (Linux) in a child forked from the warm helper:
+    both end the same way on an aborting file and on a good one."""
+    mutants = {
+        m.name: m
+        for m in write_targeted_mutants(tmp_path, bases["tiny"], "tiny", only={"duplicate-token"})
+    }
+    aborting = [str(mutants["tiny-duplicate-token"].path), "--n-gpu-layers", "0"]
+    good = [str(bases["tiny"]), "--n-gpu-layers", "0"]
+    runners = [load_check_runner.run_spawned, load_check_runner.run_check]
+    for run in runners:
+        outcome = run(aborting, 120)
+        assert outcome.returncode == -signal.SIGABRT, (run, outcome)
+        assert "GGML_ASSERT(id_to_token.size() == token_to_id.size())" in outcome.stderr
+        outcome = run(good, 120)
+        assert outcome.returncode == 0 and '{"ok": true' in outcome.stdout, (run, outcome)
+    # A helper that went away is replaced on the next check.
+    load_check_runner.close_helper()
+    assert load_check_runner.run_check(good, 120).returncode == 0
