@@ -3,7 +3,8 @@
 llama.cpp's loader asserts (``GGML_ASSERT``: the process aborts) in many places a damaged
 header can reach; :mod:`app.engine.header_checks` finds the known ones first, and this
 catches the rest. Before a file is loaded for real, a child process
-(``python -m app.engine.load_check PATH``) loads it with ``no_alloc`` - llama.cpp parses the
+(``python -m app.engine.load_check PATH``, or a child forked from a warm helper: see
+:mod:`app.engine.load_check_runner`) loads it with ``no_alloc`` - llama.cpp parses the
 header and every tensor info, checks the data against the file size, reads the
 hyper-parameters and the whole vocabulary and creates every tensor of the architecture,
 without reading or allocating weights - and tokenizes a short text. It reports OK, or
