@@ -9,16 +9,15 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import llama_cpp
 
-from app.engine import llama_log
+from app.engine import llama_log, load_check
 from app.engine.errors import EngineError, ModelLoadError
-from app.engine.metadata import ModelInfo, check_gguf_file, fingerprint, read_model_info
+from app.engine.metadata import ModelInfo, check_gguf_file, fingerprint, read_model_header
 from app.engine.settings import ModelSettings
 from app.engine.tokenizer import VocabLease
 
@@ -57,7 +56,8 @@ class Model:
         p = check_gguf_file(path)
         # Reading the header first turns truncated or malformed files into clear errors
         # before llama.cpp parses them (and gives the metadata the UI shows).
-        self.info: ModelInfo = read_model_info(p)
+        self.info: ModelInfo
+        self.info, header = read_model_header(p)
         if self.info.n_vocab == 0:
             raise ModelLoadError(
                 f"{p.name} has no vocabulary (tokenizer.ggml.tokens is missing), so it cannot be used for chat."
@@ -66,6 +66,11 @@ class Model:
             raise ModelLoadError(
                 f"{p.name} holds only a vocabulary, no weights (a vocab-only file). Choose the full model file."
             )
+        # llama.cpp aborts the process on some damage no header check foresees: the first
+        # load of a header this app has not loaded before is tried in a child process.
+        load_check.ensure_loadable(
+            p, header, architecture=self.info.architecture, n_gpu_layers=settings.n_gpu_layers
+        )
         self.path = p
         self.settings = settings
         self._cancelled = False
@@ -195,25 +200,4 @@ class Model:
 
 
 def _load_failure_message(path: Path, info: ModelInfo) -> str:
-    said = " ".join(llama_log.recent_errors(2))
-    lowered = said.lower()
-    if "unknown model architecture" in lowered:
-        return (
-            f"{path.name} uses the model architecture '{info.architecture}', which this version of "
-            "llama.cpp does not support. Update LlamaDesk or choose another model."
-        )
-    missing = re.search(r"tensor '([^']+)' not found", said)
-    if missing:
-        return (
-            f"{path.name} is incomplete or damaged: the weight '{missing.group(1)}' is missing. "
-            "Download or copy it again."
-        )
-    shape = re.search(r"tensor '([^']+)' has wrong shape", said)
-    if shape:
-        return f"{path.name} is damaged: the weight '{shape.group(1)}' has the wrong shape for this model."
-    if "wrong number of tensors" in lowered or "missing tensor" in lowered:
-        return f"{path.name} is incomplete or damaged (weights are missing). Download or copy it again."
-    if "failed to allocate" in lowered or "out of memory" in lowered:
-        return f"There is not enough memory to load {path.name}. Close other programs or choose a smaller model."
-    detail = f" llama.cpp said: {said}" if said else ""
-    return f"llama.cpp could not load {path.name}.{detail}"
+    return load_check.refusal_message(path, info.architecture, " ".join(llama_log.recent_errors(2)))
