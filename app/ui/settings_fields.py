@@ -73,19 +73,25 @@ def range_text(spec: FieldSpec) -> str:
 
 class FieldEditors:
     """Every field's editor (``editors``), label (``labels``), mark (``marks``) and help
-    (``secondary``), by field name; ``on_edited`` is called when the user edits one (not
-    while :meth:`write` shows values)."""
+    (``secondary``), by field name. Each editor's change calls the ``on_edited`` given to
+    :meth:`build_group` (a Qt connection: nothing here refers back to the dialog), also
+    while :meth:`write` shows values: ``loading`` is true then."""
 
-    def __init__(self, wheel_guard: WheelGuard, on_edited: Callable[[], None]) -> None:
+    def __init__(self, wheel_guard: WheelGuard) -> None:
         self.wheel_guard = wheel_guard
-        self.on_edited = on_edited
         self.editors: dict[str, QWidget] = {}
         self.labels: dict[str, QLabel] = {}
         self.marks: dict[str, QLabel] = {}
         self.secondary: list[QLabel] = []
         self.loading = False  # values are being written, not edited
 
-    def build_group(self, title: str, group: list[FieldSpec], running: QLabel) -> QGroupBox:
+    def build_group(
+        self,
+        title: str,
+        group: list[FieldSpec],
+        running: QLabel,
+        on_edited: Callable[[], None],
+    ) -> QGroupBox:
         """A titled group of fields (``running``: the line shown under the context size)."""
         box = QGroupBox(title.replace("&", "&&"))  # "Attention & cache": no mnemonic
         grid = QGridLayout(box)
@@ -98,7 +104,7 @@ class FieldEditors:
             label.setObjectName(f"label_{spec.name}")
             label.setToolTip(spec.name)
             label.setWordWrap(True)
-            editor = self._make_editor(spec)
+            editor = self._make_editor(spec, on_edited)
             editor.setObjectName(f"field_{spec.name}")
             label.setBuddy(editor)
             live = spec.apply is Apply.LIVE
@@ -125,21 +131,17 @@ class FieldEditors:
             self.labels[spec.name] = label
         return box
 
-    def _make_editor(self, spec: FieldSpec) -> QWidget:
+    def _make_editor(self, spec: FieldSpec, on_edited: Callable[[], None]) -> QWidget:
         editor = make_editor(spec)
         if isinstance(editor, QSpinBox | QDoubleSpinBox):
             self.wheel_guard.guard(editor)
-            editor.valueChanged.connect(self._edited)
+            editor.valueChanged.connect(on_edited)
         elif isinstance(editor, QCheckBox):
-            editor.toggled.connect(self._edited)
+            editor.toggled.connect(on_edited)
         elif isinstance(editor, QComboBox):
             self.wheel_guard.guard(editor)
-            editor.currentIndexChanged.connect(self._edited)
+            editor.currentIndexChanged.connect(on_edited)
         return editor
-
-    def _edited(self) -> None:
-        if not self.loading:
-            self.on_edited()
 
     def write(self, values: dict[str, Any]) -> list[str]:
         """Show ``values`` (field -> value); returns the fields whose value was unusable."""

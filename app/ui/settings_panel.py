@@ -9,8 +9,8 @@ anything else by rebuilding the context while keeping every tab) and reports bac
 :meth:`SettingsPanel.show_failed`. While replies are being written the window says so with
 :meth:`SettingsPanel.set_generating`: Apply then reads "Stop all and apply".
 
-Its parts: the fields' editors (:mod:`app.ui.settings_fields`) and the sentences it shows
-(:mod:`app.ui.settings_texts`).
+Its parts: the fields' editors (:mod:`app.ui.settings_fields`), the preset row
+(:mod:`app.ui.settings_presets`) and the sentences it shows (:mod:`app.ui.settings_texts`).
 
 The fields come in two sections, from the schema's ``advanced`` mark: the few most people
 change (context size, resident tabs, batch, threads), and the rest under "Advanced". Under
@@ -30,17 +30,14 @@ from typing import Any, ClassVar
 from PySide6.QtCore import QEvent, Qt, Signal, Slot
 from PySide6.QtGui import QFont, QPalette, QShowEvent
 from PySide6.QtWidgets import (
-    QComboBox,
     QDialog,
     QFrame,
     QGroupBox,
     QHBoxLayout,
-    QInputDialog,
     QLabel,
     QProgressBar,
     QPushButton,
     QScrollArea,
-    QSizePolicy,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -60,6 +57,7 @@ from app.settings_schema import (
 )
 from app.ui.dialog_geometry import fit_to_screen
 from app.ui.settings_fields import FIELDS, FieldEditors, WheelGuard
+from app.ui.settings_presets import PresetRow
 from app.ui.settings_texts import (
     ADVANCED_TEXT,
     LIVE_MARK,
@@ -112,20 +110,18 @@ class SettingsPanel(QDialog):
         self._loaded = loaded
         self._model_info = loaded.info if loaded is not None else model_info
         self._generating = False
-        self._presets: dict[str, dict[str, Any]] = dict(presets or {})
         self._applying = False
         self._rebuild_pending = False  # the edits shown need a new context
         self._problem: str | None = None
         self._wheel_guard = WheelGuard(self)
-        self._fields = FieldEditors(self._wheel_guard, self._on_edited)
+        self._fields = FieldEditors(self._wheel_guard)
         self._editors = self._fields.editors
         self._labels = self._fields.labels
         self._marks = self._fields.marks
         self._flagged: set[str] = set()
-        self._preset_dialog: QInputDialog | None = None
         self._build()
         self.set_settings(settings)
-        self.set_presets(self._presets)
+        self.set_presets(dict(presets or {}))
         self.setSizeGripEnabled(True)
         self.resize(720, 720)
         self._fitted = False
@@ -184,7 +180,11 @@ class SettingsPanel(QDialog):
         note.setWordWrap(True)
         outer.addWidget(note)
 
-        outer.addLayout(self._build_presets())
+        self._presets = PresetRow(self, self._wheel_guard)
+        self._presets.chosen.connect(self._show_preset)
+        self._presets.saveRequested.connect(self._save_preset_as)
+        self._presets.deleteRequested.connect(self.presetDeleteRequested)
+        outer.addLayout(self._presets.row)
 
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
@@ -293,30 +293,8 @@ class SettingsPanel(QDialog):
         buttons.addWidget(self._apply_button)
         outer.addLayout(buttons)
 
-    def _build_presets(self) -> QHBoxLayout:
-        row = QHBoxLayout()
-        row.addWidget(QLabel("Preset:"))
-        self._preset_combo = QComboBox()
-        self._wheel_guard.guard(self._preset_combo)
-        self._preset_combo.setObjectName("presetCombo")
-        self._preset_combo.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
-        self._preset_combo.activated.connect(self._on_preset_chosen)
-        self._preset_combo.currentIndexChanged.connect(self._update_preset_buttons)
-        row.addWidget(self._preset_combo, 1)
-        self._save_preset_button = QPushButton("Save as preset…")
-        self._save_preset_button.setObjectName("savePresetButton")
-        self._save_preset_button.clicked.connect(self._on_save_preset)
-        row.addWidget(self._save_preset_button)
-        self._delete_preset_button = QPushButton("Delete preset")
-        self._delete_preset_button.setObjectName("deletePresetButton")
-        self._delete_preset_button.clicked.connect(self._on_delete_preset)
-        row.addWidget(self._delete_preset_button)
-        for button in (self._save_preset_button, self._delete_preset_button):
-            button.setAutoDefault(False)
-        return row
-
     def _build_group(self, title: str, group: list[FieldSpec]) -> QGroupBox:
-        return self._fields.build_group(title, group, self._running_label)
+        return self._fields.build_group(title, group, self._running_label, self._on_edited)
 
     def _write_editors(self, values: dict[str, Any]) -> list[str]:
         """Show ``values`` (field -> value); returns the fields whose value was unusable."""
@@ -381,21 +359,8 @@ class SettingsPanel(QDialog):
         )
 
     def set_presets(self, presets: dict[str, dict]) -> None:
-        self._presets = {str(k): dict(v) for k, v in presets.items()}
-        current = self._selected_preset()
-        self._preset_combo.blockSignals(True)
-        try:
-            self._preset_combo.clear()
-            self._preset_combo.addItem(
-                "Choose a preset…" if self._presets else "No presets for this model", None
-            )
-            for name in sorted(self._presets, key=str.casefold):
-                self._preset_combo.addItem(name, name)
-            index = self._preset_combo.findData(current) if current else 0
-            self._preset_combo.setCurrentIndex(max(index, 0))
-        finally:
-            self._preset_combo.blockSignals(False)
-        self._update_preset_buttons()
+        """The loaded model's presets, by name (after the window saved or deleted one)."""
+        self._presets.set_presets(presets)
 
     def set_applying(self, active: bool, message: str = "") -> None:
         """Busy state while the main window applies: inputs off, progress and ``message``."""
@@ -408,7 +373,7 @@ class SettingsPanel(QDialog):
         self._busy_label.setText(message)
         self._fields_widget.setEnabled(not active)
         self._reset_button.setEnabled(not active)
-        self._preset_combo.setEnabled(not active)
+        self._presets.combo.setEnabled(not active)
         self._update_state()
 
     def show_error(self, message: str | BaseException) -> None:
@@ -425,6 +390,8 @@ class SettingsPanel(QDialog):
 
     @Slot()
     def _on_edited(self) -> None:
+        if self._fields.loading:
+            return
         self._error_label.hide()
         self._applied_label.hide()
         self._update_state()
@@ -481,7 +448,7 @@ class SettingsPanel(QDialog):
         if self._generating and not self._applying:
             self._generating_label.setText(generating_note(self._rebuild_pending))
         self._generating_label.setVisible(self._generating and not self._applying)
-        self._update_preset_buttons()
+        self._presets.update(self._applying, self._model_info is not None, self._problem is None)
 
     def _update_running(self, edited: ContextSettings) -> None:
         """Under the context size: what the loaded model really runs at, and what the value
@@ -525,27 +492,11 @@ class SettingsPanel(QDialog):
         self._write_editors(ContextSettings().to_dict())
         self._on_edited()
 
-    def _selected_preset(self) -> str | None:
-        data = self._preset_combo.currentData()
-        return data if isinstance(data, str) else None
+    # -- presets (the row asks; see PresetRow) -------------------------------------------
 
-    @Slot()
-    def _update_preset_buttons(self) -> None:
-        has_model = self._model_info is not None
-        enabled = not self._applying and has_model
-        self._preset_combo.setEnabled(not self._applying and bool(self._presets))
-        self._save_preset_button.setEnabled(enabled and self._problem is None)
-        self._delete_preset_button.setEnabled(enabled and self._selected_preset() is not None)
-        tip = "" if has_model else "Presets belong to a model: load one first."
-        self._save_preset_button.setToolTip(tip or "Save the values shown under a name.")
-        self._delete_preset_button.setToolTip(tip or "Delete the chosen preset.")
-
-    @Slot(int)
-    def _on_preset_chosen(self, index: int) -> None:
-        name = self._preset_combo.itemData(index)
-        if not isinstance(name, str) or name not in self._presets:
-            return
-        skipped = self._write_editors(self._presets[name])
+    @Slot(str, dict)
+    def _show_preset(self, name: str, values: dict[str, Any]) -> None:
+        skipped = self._write_editors(values)
         self._on_edited()
         if skipped:
             self._error_label.setText(
@@ -554,33 +505,8 @@ class SettingsPanel(QDialog):
             )
             self._error_label.show()
 
-    @Slot()
-    def _on_save_preset(self) -> None:
-        if self._preset_dialog is None:
-            dialog = QInputDialog(self)
-            dialog.setObjectName("presetNameDialog")
-            dialog.setWindowTitle("Save preset")
-            dialog.setLabelText(
-                "Name for the settings shown (a preset with the same name is replaced):"
-            )
-            dialog.setInputMode(QInputDialog.InputMode.TextInput)
-            dialog.textValueSelected.connect(self._on_preset_name)
-            self._preset_dialog = dialog
-        self._preset_dialog.setTextValue(self._selected_preset() or "")
-        self._preset_dialog.open()
-
     @Slot(str)
-    def _on_preset_name(self, name: str) -> None:
-        name = name.strip()
-        if not name:
-            return
+    def _save_preset_as(self, name: str) -> None:
         edited = self._read_editors()
-        if self._validate(edited) is not None:
-            return
-        self.presetSaveRequested.emit(name, edited.to_dict())
-
-    @Slot()
-    def _on_delete_preset(self) -> None:
-        name = self._selected_preset()
-        if name is not None:
-            self.presetDeleteRequested.emit(name)
+        if self._validate(edited) is None:
+            self.presetSaveRequested.emit(name, edited.to_dict())
