@@ -291,6 +291,8 @@ class ChatTab(QWidget):
                 self.notify(str(exc))
                 return
         try:
+            # The one message the UI still writes itself (issue 19 item 1: this moves into
+            # the session's recorder, the tab then only sends the text).
             user = self.db.add_message(self.cid, "user", text, parent_id=parent)
         except LlamaDeskError as exc:
             self.notify(str(exc))
