@@ -113,7 +113,7 @@ class MainWindow(QMainWindow):
         # Session-wide events only: each tab subscribes to its own conversation's stream.
         self.worker.sessionEvent.connect(self._on_session_event)
         # the local API server: a client of this window's session (started only on request)
-        self.server = install_server_menu(self)
+        self.server = install_server_menu(self, self)
         self._flush_timer = QTimer(self)
         self._flush_timer.setInterval(FLUSH_INTERVAL_MS)
         self._flush_timer.timeout.connect(self._flush)

@@ -2,8 +2,8 @@
 
 The window (:mod:`app.ui.main_window`) imports its helpers (``welcome``, ``window_tabs``,
 ``window_conversations``, ``window_models``, ``window_hub``, ``window_settings``,
-``window_status``, ``window_menus``, ``window_shutdown``) and gives each itself as the
-protocol here; no helper imports the window, and none touches its private attributes. What
+``window_status``, ``window_menus``, ``window_shutdown``, ``server_panel``) and gives each
+itself as the protocol here; no helper imports the window, and none touches its private attributes. What
 a helper needs of the window as a Qt widget (the parent of its dialogs and menus, its status
 bar) it is given as a ``QMainWindow``, next to the protocol.
 """
@@ -235,6 +235,16 @@ class MenusWindow(Protocol):
     def show_shortcuts(self) -> object: ...
 
     def show_about(self) -> object: ...
+
+
+class ServerWindow(Protocol):
+    """What the local server's menu and controller use of the window."""
+
+    session: Session
+    worker: EngineWorker
+    model: LoadedModel | None
+
+    def tabs(self) -> list[ChatTab]: ...
 
 
 class ShutdownWindow(Protocol):
