@@ -14,7 +14,9 @@ the storage <-> session conversions (:mod:`app.ui.chat_messages`), the status li
 (:mod:`app.ui.tab_status`), the "When full", "Thinking" and "Effort" choices
 (:mod:`app.ui.tab_choices`), the token count before sending (:mod:`app.ui.tab_token_hint`),
 the streaming reply's buffers and finish (:mod:`app.ui.tab_reply`) and the turns with the
-session's events (:mod:`app.ui.tab_turn`).
+session's events (:mod:`app.ui.tab_turn`). Each helper is given the tab as the narrow
+protocol of :mod:`app.ui.tab_protocols` it needs: the tab imports its helpers, never the
+other way round.
 """
 
 from __future__ import annotations
