@@ -299,7 +299,7 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     import llama_cpp
 
     from app.engine import llama_log
-    from app.engine.model import ensure_backend
+    from app.engine.backend import ensure_backend
 
     ensure_backend()
     params = llama_cpp.llama_model_default_params()

@@ -206,7 +206,7 @@ def serve(child_main: Any) -> int:
     # Import what every child needs once, before the first fork.
     import llama_cpp  # noqa: F401
 
-    import app.engine.model  # noqa: F401
+    import app.engine.backend  # noqa: F401
 
     for line in sys.stdin.buffer:
         try:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import llama_cpp
 
 from app.engine import llama_log, load_check
+from app.engine.backend import ensure_backend
 from app.engine.errors import EngineError, ModelLoadError
 from app.engine.metadata import ModelInfo, check_gguf_file, fingerprint, read_model_header
 from app.engine.settings import ModelSettings
@@ -24,19 +24,6 @@ from app.engine.tokenizer import VocabLease
 log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[float], bool]
-
-_backend_lock = threading.Lock()
-_backend_ready = False
-
-
-def ensure_backend() -> None:
-    """Initialise llama.cpp once per process and route its log to ``logging``."""
-    global _backend_ready
-    with _backend_lock:
-        if not _backend_ready:
-            llama_log.install()
-            llama_cpp.llama_backend_init()
-            _backend_ready = True
 
 
 class Model:

@@ -16,12 +16,24 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from app.engine.errors import EngineError
 
-if TYPE_CHECKING:
-    from app.engine.model import Model
+
+class Model(Protocol):
+    """What tokenizing needs of :class:`app.engine.model.Model` (a protocol, so that the
+    model can hold its lease without the two modules importing each other)."""
+
+    lease: VocabLease
+    handle: Any
+
+    def tokenize(
+        self, text: str, add_special: bool = ..., parse_special: bool = ...
+    ) -> list[int]: ...
+
+    def detokenize(self, tokens: list[int], special: bool = ...) -> str: ...
+
 
 # A text longer than this (and than its limit) is first counted in pieces of this size,
 # cut at a space where the window has one. Small, because llama.cpp's SentencePiece
