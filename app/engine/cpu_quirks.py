@@ -524,23 +524,27 @@ def apply_cpu_quirks(params: Any, model_path: Path) -> BuftOverrides | None:
     """Adjust ``llama_model_params`` for this CPU before loading ``model_path``.
 
     Returns what must stay referenced for the model's life (or None)."""
-    if getattr(params, "tensor_buft_overrides", None) or not amx_guard_active():
+    if not amx_guard_active():
         return None
     bufts = cpu_buffer_types()
-    try:
-        tensors = read_header(model_path).tensors
-    except (OSError, GGUFHeaderError):
-        tensors = None
-    limit = int(llama_cpp.llama_max_tensor_buft_overrides())
-    if tensors is not None and bufts.plain:
+    tensors: tuple[TensorInfo, ...] | None = None
+    if bufts.plain and not getattr(params, "tensor_buft_overrides", None):
+        try:
+            tensors = read_header(model_path).tensors
+        except (OSError, GGUFHeaderError):
+            pass
+    if tensors is not None:
         placement = plan_placement(tensors, bufts.repack != 0 and bufts.avx2)
+        if not placement.repack and not placement.plain:
+            return None  # nothing of this model would go to AMX
         overrides = build_overrides(placement, bufts)
-        if len(overrides.patterns) < limit:
-            log.warning("%s (%s)", AMX_WARNING, f"{AMX_ENV}=on to use them anyway")
-            if overrides.patterns:
-                params.tensor_buft_overrides = ctypes.addressof(overrides.array)
+        if len(overrides.patterns) < int(llama_cpp.llama_max_tensor_buft_overrides()):
+            log.warning("%s (%s=on to use them anyway)", AMX_WARNING, AMX_ENV)
+            params.tensor_buft_overrides = ctypes.addressof(overrides.array)
             return overrides
-    log.warning("%s (%s)", AMX_WARNING, "without weight repacking")
+    # No plan (the buffer types were not found, or the caller has its own overrides):
+    # without any extra buffer type nothing can reach AMX.
+    log.warning("%s (without weight repacking)", AMX_WARNING)
     params.use_extra_bufts = False
     return None
 
