@@ -515,8 +515,12 @@ def amx_guard_active(identity: CpuIdentity | None = None) -> bool:
 
 
 def llama_server_flags() -> list[str]:
-    """Flags that give llama.cpp's own llama-server the same protection (it cannot name
-    CPU_REPACK in ``-ot``, so it goes without the extra buffer types)."""
+    """Flags that keep llama.cpp's own llama-server off AMX where the guard is active.
+
+    Its ``-ot`` can name only the devices' default buffer types (and "CPU" makes it choose
+    among the extra types again, AMX first), so the one way is ``--no-repack``: no extra
+    buffer types at all. That is not quite what the app runs (it keeps CPU_REPACK for Q4_0
+    and Q4_K matrices); a peer built without AMX (-mno-amx-int8) would match exactly."""
     return ["--no-repack"] if amx_guard_active() else []
 
 
