@@ -121,15 +121,16 @@ def cpu_identity(cpuinfo: str | None = None, version: str | None = None) -> CpuI
             cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
         except OSError:
             cpuinfo = ""
-    model = platform.processor() or platform.machine()
+    model: str | None = None
     flags: tuple[str, ...] = ()
     for line in cpuinfo.splitlines():
         name, _, value = line.partition(":")
         name = name.strip()
-        if name == "model name" and model in (platform.processor(), platform.machine()):
+        if name == "model name" and model is None:
             model = value.strip()
         elif name in ("flags", "Features") and not flags:
             flags = tuple(sorted(set(value.split())))
+    model = model or platform.processor() or platform.machine()
     return CpuIdentity(model, flags, version or llama_cpp.__version__)
 
 
@@ -506,7 +507,9 @@ def build_overrides(placement: Placement, bufts: CpuBufferTypes) -> BuftOverride
 def amx_guard_active(identity: CpuIdentity | None = None) -> bool:
     """Whether loads on this machine keep weights out of AMX (the mode, then the check)."""
     identity = identity or cpu_identity()
-    if not identity.has_amx_int8 or not cpu_buffer_types().amx:
+    # The AMX buffer type exists only where ggml was built with AMX and the OS allowed its
+    # tiles; the flags (absent outside Linux) only rule a CPU out.
+    if (identity.flags and not identity.has_amx_int8) or not cpu_buffer_types().amx:
         return False
     mode = amx_mode()
     if mode is not AmxMode.AUTO:

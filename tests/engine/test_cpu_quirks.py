@@ -97,6 +97,9 @@ def test_a_cpu_without_amx_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> Non
     assert cpu_quirks.apply_cpu_quirks(params, Path("unused.gguf")) is None
     assert params.use_extra_bufts and not params.tensor_buft_overrides
     assert cpu_quirks.llama_server_flags() == []
+    # AMX flags, but a llama.cpp built without AMX (or tiles the OS refused): no check either.
+    monkeypatch.setattr(cpu_quirks, "cpu_buffer_types", lambda: CpuBufferTypes(0, 2, 3, True))
+    assert not cpu_quirks.amx_guard_active(cpu_identity(CPUINFO_AMX, "0.3.36"))
 
 
 def test_the_environment_variable_wins(monkeypatch: pytest.MonkeyPatch) -> None:
