@@ -16,6 +16,7 @@ import llama_cpp
 
 from app.engine import llama_log, load_check
 from app.engine.backend import ensure_backend
+from app.engine.cpu_quirks import apply_cpu_quirks
 from app.engine.errors import EngineError, ModelLoadError
 from app.engine.metadata import ModelInfo, check_gguf_file, fingerprint, read_model_header
 from app.engine.settings import ModelSettings
@@ -87,6 +88,9 @@ class Model:
             if not keep_going:
                 self._cancelled = True
             return keep_going
+
+        # Kept for the model's life: llama.cpp reads the override array it points at.
+        self._cpu_quirks = apply_cpu_quirks(params, p)
 
         # Keep the ctypes callback referenced for the whole load: if it were collected,
         # llama.cpp would call freed memory.
