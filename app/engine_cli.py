@@ -220,17 +220,21 @@ def default_model_path() -> Path:
 
 def _resolve_model_and_prompt(args: argparse.Namespace) -> tuple[Path, str]:
     model, prompt = args.model, args.prompt
-    if (
-        model is not None
-        and prompt is None
-        and not model.endswith(".gguf")
-        and not Path(model).exists()
-    ):
+    if model is not None and prompt is None and not model.endswith(".gguf") and not _is_path(model):
         model, prompt = None, model  # `llamadesk run "Hello"` uses the default model
     path = Path(model) if model else default_model_path()
     if prompt == "-":
         prompt = sys.stdin.read()
     return path, prompt or ""
+
+
+def _is_path(text: str) -> bool:
+    """Whether ``text`` names an existing file or folder (a long prompt is no file name: the
+    system refuses names over 255 bytes with an error, which is an answer here)."""
+    try:
+        return Path(text).exists()
+    except (OSError, ValueError):
+        return False
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

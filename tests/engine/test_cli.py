@@ -323,3 +323,13 @@ def test_run_json_says_how_the_model_reasons(tmp_path: Path, tiny_model: Path) -
     plain = llamadesk("run", str(tiny_model), "hello", "-n", "2", "--temp", "0", "--json")
     defaults = json.loads(plain.stdout)["reasoning_defaults"]
     assert defaults["format"] == "none" and defaults["thinking_by_default"] is False
+
+
+def test_a_long_prompt_without_a_model_is_a_prompt_not_a_file_name() -> None:
+    """`llamadesk run "PROMPT"` takes a long prompt (over the 255 bytes a file name may
+    have, which the system refuses with an error) as the prompt for the default model."""
+    prompt = "Tell me about llamas. " * 20
+    result = llamadesk("run", prompt, "-n", "2", "--temp", "0", "--json")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert json.loads(result.stdout)["results"][0]["n_prompt"] > 20
