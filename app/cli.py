@@ -58,8 +58,12 @@ def _configure_logging(verbose: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
     argv_list = list(sys.argv[1:] if argv is None else argv)
+    if argv_list[:1] == ["__load-check"]:  # app.engine.load_check's child in a frozen bundle
+        from app.engine.load_check import child_main
+
+        return child_main(argv_list[1:])
+    parser = build_parser()
     args, unknown = parser.parse_known_args(argv_list)
     sub_parser = getattr(args, "_intermixed_parser", None)
     if sub_parser is not None:

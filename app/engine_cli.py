@@ -222,17 +222,21 @@ def default_model_path() -> Path:
 
 def _resolve_model_and_prompt(args: argparse.Namespace) -> tuple[Path, str]:
     model, prompt = args.model, args.prompt
-    if (
-        model is not None
-        and prompt is None
-        and not model.endswith(".gguf")
-        and not Path(model).exists()
-    ):
+    if model is not None and prompt is None and not model.endswith(".gguf") and not _is_path(model):
         model, prompt = None, model  # `llamadesk run "Hello"` uses the default model
     path = Path(model) if model else default_model_path()
     if prompt == "-":
         prompt = sys.stdin.read()
     return path, prompt or ""
+
+
+def _is_path(text: str) -> bool:
+    """Whether ``text`` names an existing file or folder (a long prompt is no file name: the
+    system refuses names over 255 bytes with an error, which is an answer here)."""
+    try:
+        return Path(text).exists()
+    except (OSError, ValueError):
+        return False
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -290,16 +294,35 @@ def sampling_params(args: argparse.Namespace, grammar: str | None = None) -> Sam
 
 
 def _read_grammar(path: str | None) -> str | None:
+    """The text of ``--grammar FILE``, checked before llama.cpp parses it (a grammar beyond
+    :data:`~app.engine.grammar_bounds.LIMITS` would crash the process)."""
+    from app.engine.grammar_bounds import (
+        LIMITS,
+        GrammarBoundsError,
+        GrammarSyntaxError,
+        check_grammar,
+    )
+
     if path is None:
         return None
     if not Path(path).is_file():
         raise LlamaDeskError(f"The grammar file {path} does not exist or is not a file.")
     try:
+        # UTF-8 takes at most 4 bytes a character: a larger file is refused unread
+        if Path(path).stat().st_size > 4 * LIMITS.max_chars:
+            raise LlamaDeskError(
+                f"The grammar file {path} is larger than a grammar may be "
+                f"({LIMITS.max_chars:,} characters at most)."
+            )
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise LlamaDeskError(f"The grammar file {path} cannot be read: {exc}.") from exc
     if not text.strip():
         raise LlamaDeskError(f"The grammar file {path} is empty.")
+    try:
+        check_grammar(text)
+    except (GrammarBoundsError, GrammarSyntaxError) as exc:
+        raise LlamaDeskError(f"The grammar file {path} cannot be used: {exc}") from None
     return text
 
 
@@ -329,7 +352,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """A client of the :class:`~app.session.Session` (as the window and the API server
     are): one without a state store or database, so nothing is persisted. Conversations
     1..N are the ``--parallel`` sequences; their turns start together in one batch."""
-    from app.engine.chat_template import ReasoningEffort, ReasoningOptions
+    from app.engine.chat_template import ChatTemplate, ReasoningEffort, ReasoningOptions
     from app.engine.reasoning import Channel
     from app.session import ChatMessage, RestoreOutcome, Session, TurnId, TurnResult
     from app.session import events as ev
@@ -338,7 +361,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return remote_cli.cmd_run_remote(args)
     path, prompt = _resolve_model_and_prompt(args)
     reasoning = ReasoningOptions(
-        enable_thinking=not args.no_thinking,
+        # No choice: the model's default (llama-server's rule, app/engine/chat_template).
+        enable_thinking=False if args.no_thinking else None,
         effort=ReasoningEffort(args.reasoning_effort) if args.reasoning_effort else None,
     )
     if args.parallel < 1:
@@ -364,6 +388,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if isinstance(event, ev.ModelLoadFailed):
                 raise LlamaDeskError(event.message)
             if isinstance(event, ev.ModelLoaded):
+                loaded = event.model
                 break
         t_load = time.perf_counter() - t0
         if args.resume_session:
@@ -458,9 +483,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             }
             for c in completions
         ]
+        info = loaded.info
+        # How the model's template reasons and what a turn without a choice does (the
+        # same rule the window and /props show).
+        thinking = ChatTemplate.for_model(info.chat_template, info.bos_token, info.eos_token)
         print(
             json.dumps(
-                {"model": str(path), "results": results, "timings": timings}, ensure_ascii=False
+                {
+                    "model": str(path),
+                    "reasoning_defaults": thinking.reasoning_defaults.to_dict(),
+                    "results": results,
+                    "timings": timings,
+                },
+                ensure_ascii=False,
             )
         )
     elif args.parallel > 1:

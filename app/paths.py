@@ -1,7 +1,8 @@
 """Where LlamaDesk keeps its files.
 
 One data folder holds the database, the settings file and the KV state files.
-``LLAMADESK_HOME`` overrides it (the tests point it at a temporary folder).
+``LLAMADESK_HOME`` overrides it (the tests point it at a temporary folder). The folders made
+here are created owner-only (``0700``): conversations and keys are nobody else's business.
 """
 
 from __future__ import annotations
@@ -11,16 +12,17 @@ from pathlib import Path
 
 import platformdirs
 
+from app.fsutil import make_private_dir
+
 APP_NAME = "LlamaDesk"
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 
 
 def data_dir() -> Path:
-    """The data folder, created on first use."""
+    """The data folder, created (owner-only) on first use."""
     home = os.environ.get("LLAMADESK_HOME")
     path = Path(home).expanduser() if home else Path(platformdirs.user_data_dir(APP_NAME, False))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return make_private_dir(path)
 
 
 def database_path() -> Path:
@@ -32,9 +34,7 @@ def settings_path() -> Path:
 
 
 def state_dir() -> Path:
-    path = data_dir() / "states"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return make_private_dir(data_dir() / "states")
 
 
 def resources_dir() -> Path:

@@ -179,7 +179,7 @@ def cmd_run_remote(args: argparse.Namespace) -> int:
     prompt = _prompt(args)
     params = sampling_params(args, _read_grammar(args.grammar))
     reasoning = ReasoningOptions(
-        enable_thinking=not args.no_thinking,
+        enable_thinking=False if args.no_thinking else None,  # None: the model's default
         effort=ReasoningEffort(args.reasoning_effort) if args.reasoning_effort else None,
     )
     loader = RemoteLoader(conn)

@@ -11,7 +11,11 @@ from typing import Any
 
 from app import remote_cli
 from app.engine_cli import add_schema_args, context_settings, default_model_path
+from app.errors import LlamaDeskError
 from app.settings_schema import CONTEXT_FIELDS
+
+# The poolings that give one vector (or score) per input; "none" gives one per token.
+POOLING_CHOICES = ("mean", "cls", "last", "rank")
 
 SERVE_CONTEXT = tuple(CONTEXT_FIELDS[name] for name in ("n_ctx", "n_batch", "n_threads"))
 
@@ -65,7 +69,19 @@ def register(sub: Any) -> None:
         metavar="ORIGIN",
         help="allow browser pages from ORIGIN ('*': any); repeatable (default: CORS off)",
     )
-    p.add_argument("--embeddings", action="store_true", help="a context that computes embeddings")
+    p.add_argument(
+        "--embeddings",
+        action="store_true",
+        help="a context that computes embeddings (/v1/embeddings)",
+    )
+    p.add_argument(
+        "--pooling",
+        choices=POOLING_CHOICES,
+        metavar="{" + ",".join(POOLING_CHOICES) + "}",
+        help="how --embeddings combines the tokens' vectors into one: mean, cls (first "
+        "token), last, or rank (a reranker's score; /v1/embeddings refuses it) "
+        "(default: the model's own pooling, else mean)",
+    )
     p.add_argument(
         "--no-persist",
         action="store_true",
@@ -90,6 +106,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         model_alias=args.alias,
     )
     config.validate()
+    if args.pooling and not args.embeddings:
+        raise LlamaDeskError("--pooling chooses how embeddings are pooled: add --embeddings.")
     loader = remote_cli.serve_loader(args)  # None: a local model
     path: Path | str = Path(args.model) if args.model else ""
     if loader is not None:
@@ -104,7 +122,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         n_seq = min(16, 1 << (max(1, n_seq).bit_length() - 1))
     settings = context_settings(args, n_seq)
     if args.embeddings:
+        from app.engine.embeddings import default_pooling
+
         settings.embeddings = True
+        settings.pooling_type = args.pooling or default_pooling(Path(path))
     runner = ServerRunner(path, settings, config, persist=not args.no_persist, loader=loader)
     loaded = runner.start(background=True)  # /health answers "loading" meanwhile
 

@@ -5,7 +5,10 @@ Measures, for each server in the same run:
 - aggregate generation tokens/s with 1 and 4 concurrent streaming clients (greedy, a fixed
   number of tokens each: the benchmark model never ends a reply early);
 - time to first token of a client re-sending a ~2,000-token chat: cold (a new conversation)
-  and warm (the same conversation again with one more exchange; the median of three).
+  and warm (the same conversation again with one more exchange; the median of three);
+- the HTTP layer alone: ``GET /health`` requests/s for 1 and 8 clients on keep-alive
+  connections and for 1 client opening a connection per request (with ``--model`` a tiny
+  model, the generation figures also measure mostly the transport).
 
 Both servers stay up and take turns for ``--rounds`` rounds; the JSON has every round and
 the best of each figure (the shared machine's other work slows some rounds down), and the
@@ -233,11 +236,52 @@ def warm_vs_cold(
     }
 
 
+def requests_per_second(
+    url: str, clients: int, keep_alive: bool, seconds: float = 2.0
+) -> dict[str, Any]:
+    """``GET /health`` answered per second by ``clients`` threads for ``seconds``, and the
+    median latency: on one connection each (keep-alive) or a new connection per request."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    stop = time.perf_counter() + seconds
+
+    def run() -> None:
+        mine: list[float] = []
+        limits = httpx2.Limits(max_keepalive_connections=1 if keep_alive else 0)
+        with httpx2.Client(timeout=30, limits=limits) as client:
+            while time.perf_counter() < stop:
+                t0 = time.perf_counter()
+                reply = client.get(f"{url}/health")
+                if reply.status_code != 200:
+                    raise SystemExit(f"{url}/health: {reply.status_code}")
+                mine.append(time.perf_counter() - t0)
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=run) for _ in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    span = time.perf_counter() - t0
+    return {
+        "clients": clients,
+        "keep_alive": keep_alive,
+        "requests": len(latencies),
+        "req_s": round(len(latencies) / span, 1),
+        "median_ms": round(statistics.median(latencies) * 1000, 3),
+    }
+
+
 def measure(server: Server, n_gen: int, llamadesk: bool, tag: str) -> dict[str, Any]:
     return {
         "gen_1": generation(server.url, 1, n_gen),
         "gen_4": generation(server.url, 4, n_gen),
         "resend_2000": warm_vs_cold(server.url, server.name, llamadesk, tag),
+        "health_1": requests_per_second(server.url, 1, keep_alive=True),
+        "health_8": requests_per_second(server.url, 8, keep_alive=True),
+        "health_1_new_conn": requests_per_second(server.url, 1, keep_alive=False),
     }
 
 
@@ -252,6 +296,10 @@ def best(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "cold_ttft_s": cold,
         "warm_ttft_s": warm,
         "speedup": round(cold / warm, 1) if warm > 0 else None,
+        **{
+            f"{key}_req_s": max(r[key]["req_s"] for r in rounds)
+            for key in ("health_1", "health_8", "health_1_new_conn")
+        },
     }
 
 

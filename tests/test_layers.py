@@ -54,3 +54,143 @@ def test_layer_imports(package: str) -> None:
         if any(name == banned or name.startswith(banned + ".") for banned in FORBIDDEN[package])
     ]
     assert not wrong, "\n".join(wrong)
+
+
+# -- no import circle, no big module ----------------------------------------------------------
+
+MAX_MODULE_LINES = 650
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(APP.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _app_modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in sorted(APP.rglob("*.py"))}
+
+
+def _import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the app modules it imports: every import statement counts, at the top, in
+    a function or under ``TYPE_CHECKING`` (a name imported from a package is the submodule
+    of that name when there is one, else the package)."""
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(t for alias in node.names if (t := known(alias.name)))
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*parts, *([node.module] if node.module else [])])
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    target = full if full in modules else known(base)
+                    if target:
+                        targets.add(target)
+        targets.discard(module)
+        graph[module] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One import circle per strongly connected group of modules (Tarjan), as a path."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+
+    def circle(group: set[str]) -> list[str]:
+        # the shortest way back to the group's first module (breadth first, in the group)
+        start = min(group)
+        came_from: dict[str, str] = {}
+        frontier = [start]
+        while frontier:
+            nxt: list[str] = []
+            for v in frontier:
+                for w in sorted(graph[v] & group):
+                    if w == start:
+                        path = [v]
+                        while path[-1] != start:
+                            path.append(came_from[path[-1]])
+                        return [start, *reversed(path[:-1]), start]
+                    if w not in came_from:
+                        came_from[w] = v
+                        nxt.append(w)
+            frontier = nxt
+        raise AssertionError(f"no circle in {sorted(group)}")
+
+    return [circle(group) for group in groups]
+
+
+def test_the_cycle_finder_finds_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}
+    assert _cycles(graph) == [["a", "b", "c", "a"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_relative_and_nested_imports_count(tmp_path: Path) -> None:
+    modules = {"app.p": tmp_path / "__init__.py", "app.p.x": tmp_path / "x.py"}
+    modules["app.p"].write_text("")
+    modules["app.p.x"].write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import y\n"
+        "def f():\n    from app.p.z import g\n"
+    )
+    modules["app.p.y"] = tmp_path / "y.py"
+    modules["app.p.y"].write_text("import app.p.x\n")
+    modules["app.p.z"] = tmp_path / "z.py"
+    modules["app.p.z"].write_text("")
+    graph = _import_graph(modules)
+    assert graph["app.p.x"] == {"app.p.y", "app.p.z"}
+    assert _cycles(graph) == [["app.p.x", "app.p.y", "app.p.x"]]
+
+
+def test_no_import_circle() -> None:
+    circles = _cycles(_import_graph(_app_modules()))
+    assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+def test_no_big_module() -> None:
+    big = {
+        str(path.relative_to(APP.parent)): n
+        for path in sorted(APP.rglob("*.py"))
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not big, f"modules over {MAX_MODULE_LINES} lines (split them into rooms): {big}"

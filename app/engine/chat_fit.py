@@ -3,8 +3,14 @@
 When the conversation does not fit, the oldest messages after the system prompt are left
 out (the same ones a context shift dropped). Also here: the system prompt's length (what a
 shift keeps), where the messages start in the cache (where a shift may cut), the
-checkpoint marks of a chat prompt, and keeping the tokens the model sampled when the new
-prompt's text continues them.
+checkpoint marks of a chat prompt.
+
+The prompt is always the tokenization of the rendered text, as llama-server makes it: the
+cache is reused up to the first token where it differs from that. A reply the model
+sampled as other tokens than its text tokenizes into (a byte-level BPE can split the
+same text another way) is processed again from the first difference: keeping the
+sampled tokens would answer another prompt than a fresh run of the same conversation
+(issue 18, item 8c: 58 tokens held where the rendered text tokenizes into 60).
 """
 
 from __future__ import annotations
@@ -113,7 +119,6 @@ class ChatFitter:
         reasoning_format = (
             template.reasoning_format if add_generation_prompt else ReasoningFormat.NONE
         )
-        tokens = self._reuse_sampled_tokens(seq, text, tokens)
         marks = self._marks(n_keep, kept, tokens, reasoning) if h.traits.needs_checkpoints else ()
         return FittedChat(
             msgs,
@@ -143,45 +148,6 @@ class ChatFitter:
             if common_prefix(before, tokens) == len(before):
                 marks.append(len(before))
         return tuple(marks)
-
-    def _reuse_sampled_tokens(self, seq: Sequence, text: str, tokens: list[int]) -> list[int]:
-        """Keep the tokens the model sampled when the new prompt text continues them.
-
-        Re-tokenizing a reply does not always give back the tokens the model sampled (a
-        BPE can split the same text another way), and every token after the first
-        difference would be processed again. When the rendered text starts with exactly the
-        text the cache holds, only the new tail is tokenized.
-        """
-        model = self._h.need_model()
-        common = common_prefix(seq.tokens, tokens)
-        if common == len(seq.tokens):
-            return tokens
-        # Walk the cached tokens past the common prefix while their text is the start of
-        # the new text: the sampled reply, and whatever followed it that the new prompt
-        # still has (a regenerated later turn keeps the earlier replies' sampled tokens).
-        new = b"".join(model.piece(t, special=True) for t in tokens[common:])
-        held, offset, rest = common, 0, ""
-        for token in seq.tokens[common:]:
-            piece = model.piece(token, special=True)
-            if not piece or new[offset : offset + len(piece)] != piece:
-                break
-            held, offset = held + 1, offset + len(piece)
-        while held > common:
-            try:
-                rest = new[offset:].decode("utf-8")
-                break
-            except UnicodeDecodeError:  # the cut falls inside a character: step back
-                held -= 1
-                offset -= len(model.piece(seq.tokens[held], special=True))
-        if held == common:
-            return tokens
-        tail = model.tokenize(rest, add_special=False, parse_special=True) if rest else []
-        candidate = seq.tokens[:held] + tail
-        # Accept only the same bytes split another way: a vocabulary that adds a space in
-        # front of every text run (SentencePiece) would otherwise slip in text the template
-        # never rendered.
-        same_text = b"".join(model.piece(t, special=True) for t in candidate[common:]) == new
-        return candidate if same_text else tokens
 
     def message_boundaries(self, seq: Sequence) -> list[int]:
         """Token offsets where messages start in the cache, for cutting at whole messages."""

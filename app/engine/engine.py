@@ -14,6 +14,7 @@ engine is not thread-safe except for :meth:`stop`: one thread (the UI's worker) 
 - :mod:`app.engine.snapshots`: cutting a cache back, checkpoints, ready logits, states;
 - :mod:`app.engine.saved_states`: state files of a sequence or the whole context;
 - :mod:`app.engine.chat_fit` and :mod:`app.engine.prompt_queue`: what a prompt queues;
+- :mod:`app.engine.forks`: a new sequence from part of another's cache;
 - :mod:`app.engine.context_shift`: a full context; :mod:`app.engine.output`: reply text;
 - :mod:`app.engine.embeddings`.
 """
@@ -29,12 +30,13 @@ import numpy as np
 
 from app.engine.cache import CacheTraits
 from app.engine.chat_fit import ChatFitter
-from app.engine.chat_template import ChatTemplate, ReasoningOptions
+from app.engine.chat_template import ChatTemplate, ReasoningDefaults, ReasoningOptions
 from app.engine.context import Context
 from app.engine.context_shift import ContextShift
 from app.engine.embeddings import embed
 from app.engine.errors import ContextError, EngineError, StateError
 from app.engine.events import Completion, Event, RestoreOutcome
+from app.engine.forks import Forks
 from app.engine.handles import Handles
 from app.engine.metadata import ModelInfo
 from app.engine.model import Model, ProgressCallback
@@ -65,6 +67,7 @@ class Engine:
         self._shifter = ContextShift(h, self._snapshots, self._fitter)
         self._scheduler = Scheduler(h, self._snapshots, self._residency, self._shifter)
         self._states = SavedStates(h, self._snapshots, self._residency, self._prompts)
+        self._forks = Forks(h, self._snapshots, self._residency)
 
     # ---------------------------------------------------------------- what it holds
 
@@ -79,6 +82,15 @@ class Engine:
     @property
     def template(self) -> ChatTemplate | None:
         return self._h.template
+
+    @property
+    def reasoning_defaults(self) -> ReasoningDefaults:
+        """How the loaded model's template reasons: its format, and whether a turn without
+        a choice thinks (llama-server's rule: :mod:`app.engine.chat_template.thinking`)."""
+        template = self._h.template
+        if template is None:
+            raise EngineError("No model is loaded. Load a model first.")
+        return template.reasoning_defaults
 
     @property
     def _seqs(self) -> dict[int, Sequence]:
@@ -302,57 +314,9 @@ class Engine:
         self._residency.unbind_all_but(seq)
 
     def fork(self, key: int, n_tokens: int | None = None) -> int:
-        """A new sequence holding the first ``n_tokens`` of ``key``'s cache, without recomputing.
-
-        The whole state is copied (a recurrent state cannot be copied in part), then cut
-        back to ``n_tokens`` like any other cut: exactly where the cache allows it, else from
-        the checkpoint at or before ``n_tokens``, the rest queued to be processed again.
-        """
-        src = self._seq(key)
-        require_idle(src)
-        ctx = self._h.need_ctx()
-        if n_tokens is None:
-            n_tokens = len(src.tokens)
-        if not 0 <= n_tokens <= len(src.tokens):
-            raise EngineError(
-                f"Cannot fork at token {n_tokens}: the sequence holds {len(src.tokens)}."
-            )
-        if self._h.need_model().has_encoder:
-            raise EngineError("Encoder-decoder models cannot fork a conversation.")
-        dst = self._h.table.open()
-        dst.messages = list(src.messages) if src.messages is not None else None
-        dst.n_keep, dst.n_dropped = min(src.n_keep, n_tokens), src.n_dropped
-        dst.reserve = src.reserve
-        events = self._h.side_events
-        no_slot = (
-            "No free sequence slot to fork into: stop a tab or raise the number of resident tabs."
-        )
-        try:
-            self._residency.ensure_resident(src, events, protect={src.key, dst.key})
-            if src.seq_id is None:
-                raise EngineError(no_slot)
-            self._residency.assign_slot(dst, events, protect={src.key, dst.key})
-            if dst.seq_id is None:
-                raise EngineError(no_slot)
-            if ctx.settings.kv_unified:
-                ctx.seq_cp(src.seq_id, dst.seq_id, -1, -1)
-                src.maybe_shared = dst.maybe_shared = True
-            elif not ctx.state_set(dst.seq_id, ctx.state_get(src.seq_id)):
-                # A split cache cannot share cells: copy the data instead.
-                raise StateError("Could not copy the sequence state for the fork.")
-        except BaseException:
-            self.close_sequence(dst.key)
-            raise
-        dst.tokens = list(src.tokens)
-        dst.checkpoints = src.checkpoints.copy(up_to=n_tokens)
-        dst.ready = src.ready
-        kept = self._snapshots.truncate(dst, n_tokens)
-        dst.pending = src.tokens[kept:n_tokens]
-        if kept < n_tokens and ctx.traits.needs_checkpoints:
-            dst.checkpoint_at = {n_tokens}  # re-processed up to the fork point: keep it there
-        if n_tokens == len(src.tokens):
-            dst.pending += src.pending
-        return dst.key
+        """A new sequence holding the first ``n_tokens`` of ``key``'s cache, without
+        recomputing (see :mod:`app.engine.forks`)."""
+        return self._forks.fork(self._seq(key), n_tokens).key
 
     # ---------------------------------------------------------------- prompting
 

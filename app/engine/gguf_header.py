@@ -15,10 +15,11 @@ left to the caller (:mod:`app.engine.metadata`), which has the tensor infos to c
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -156,6 +157,13 @@ class GGUFArray:
         start = int(self._starts[index])
         return self._buf[start : start + int(self._lengths[index])]
 
+    def spans(self) -> tuple[bytes, np.ndarray, np.ndarray]:
+        """A string array's buffer with the start offsets and lengths of its elements
+        (for checks that look at every element at once)."""
+        if self._starts is None or self._lengths is None:
+            raise TypeError("not a string array")
+        return self._buf, self._starts, self._lengths
+
     def __getitem__(self, index: int) -> Any:
         if self.type == T_STRING:
             return self.raw(index).decode("utf-8", errors="replace")
@@ -221,9 +229,23 @@ class GGUFHeader:
     alignment: int
     data_offset: int  # file offset of the data section (aligned end of the header)
     file_size: int
+    # The header's bytes (at least up to ``header_end``, the end of the last tensor info),
+    # kept for :meth:`digest`; the arrays above are views into them anyway.
+    raw: bytes = field(default=b"", repr=False, compare=False)
+    header_end: int = 0
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.fields.get(key, default)
+
+    def digest(self) -> str:
+        """A hash of everything llama.cpp reads before the weights: the header's bytes
+        (metadata and tensor infos) and the file's size (the tensors' data must fit in
+        it). Two files with the same digest load, or fail, the same way up to the weights."""
+        # SHA-256: the CPU's SHA instructions hash a 6 MB header (a 150k vocabulary) in
+        # ~3 ms, under half of blake2b's time.
+        h = hashlib.sha256(self.file_size.to_bytes(8, "little"))
+        h.update(memoryview(self.raw)[: self.header_end])
+        return h.hexdigest()[:32]
 
 
 class _Source:
@@ -283,7 +305,7 @@ def _parse(src: _Source) -> GGUFHeader:
         if not key:
             raise GGUFHeaderError("malformed", f"key {i} is empty")
         if key in fields:
-            raise GGUFHeaderError("malformed", f"the key '{key}' appears twice")
+            raise GGUFHeaderError("malformed", f"the key '{printable_name(key)}' appears twice")
         buf = src.ensure(pos + 4)
         vtype = _I32.unpack_from(buf, pos)[0]
         pos += 4
@@ -294,9 +316,11 @@ def _parse(src: _Source) -> GGUFHeader:
             count = _U64.unpack_from(buf, pos + 4)[0]
             pos += 12
             if etype not in _SCALAR and etype != T_STRING:
-                raise GGUFHeaderError("malformed", f"the key '{key}' has an invalid type")
+                raise GGUFHeaderError(
+                    "malformed", f"the key '{printable_name(key)}' has an invalid type"
+                )
             if count > GGUF_MAX_ARRAY_ELEMENTS:
-                raise GGUFHeaderError("malformed", f"the array '{key}' is too long")
+                raise GGUFHeaderError("malformed", f"the array '{printable_name(key)}' is too long")
             value, pos = _array(src, pos, etype, count)
         elif vtype == T_STRING:
             raw, pos = _string(src, pos)
@@ -309,7 +333,9 @@ def _parse(src: _Source) -> GGUFHeader:
                 value = value != 0
             pos += fmt.size
         else:
-            raise GGUFHeaderError("malformed", f"the key '{key}' has an invalid type {vtype}")
+            raise GGUFHeaderError(
+                "malformed", f"the key '{printable_name(key)}' has an invalid type {vtype}"
+            )
         fields[key] = value
         types[key] = vtype
 
@@ -332,7 +358,8 @@ def _parse(src: _Source) -> GGUFHeader:
         if n_dims > GGML_MAX_DIMS:
             raise GGUFHeaderError(
                 "malformed",
-                f"the tensor '{name_bytes.decode('utf-8', 'replace')}' has {n_dims} dimensions",
+                f"the tensor '{printable_name(name_bytes.decode('utf-8', 'replace'))}' has {n_dims} "
+                "dimensions",
             )
         buf = src.ensure(pos + 8 * n_dims + 12)
         dims = tuple(i64(buf, pos + 8 * j)[0] for j in range(n_dims))
@@ -352,7 +379,16 @@ def _parse(src: _Source) -> GGUFHeader:
         alignment=alignment,
         data_offset=data_offset,
         file_size=src.size,
+        raw=src.buf,
+        header_end=pos,
     )
+
+
+def printable_name(name: str, limit: int = 48) -> str:
+    """A key or tensor name as a sentence can quote it: a damaged one holds control
+    characters and runs on into the next field."""
+    clean = "".join(c if c.isprintable() else "?" for c in name)
+    return clean if len(clean) <= limit else clean[: limit - 1] + "…"
 
 
 def _string(src: _Source, pos: int) -> tuple[bytes, int]:

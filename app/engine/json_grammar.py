@@ -4,16 +4,26 @@ The API server turns ``response_format`` into a GBNF grammar here, so that nothi
 ``app/engine`` imports ``llama_cpp``. The converter is pure Python (a port of llama.cpp's
 ``examples/json_schema_to_grammar.py``); the grammar is parsed by llama.cpp when a sampler
 is built from it.
+
+A schema is small but its grammar need not be: the converter writes ``maxLength: n`` (and
+``maxItems``, and ``{m,n}`` in a ``pattern``) as ``n`` groups nested in each other, so 40
+bytes of schema become 800 KB of GBNF that crashes llama.cpp's recursive parser. So every
+repetition count in the schema is bounded before the converter runs (it would otherwise
+build the text whatever its size), and the grammar it gives is checked by
+:mod:`app.engine.grammar_bounds` like any other. Beyond a bound the schema is refused, not
+clamped: a shorter ``maxLength`` would quietly cut replies the client allowed.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
 from app.engine.errors import ContextError
+from app.engine.grammar_bounds import LIMITS, GrammarBoundsError, GrammarSyntaxError, check_grammar
 
 __all__ = ["JSON_OBJECT_GBNF", "SchemaGrammarError", "json_object_grammar", "schema_grammar"]
 
@@ -21,6 +31,16 @@ __all__ = ["JSON_OBJECT_GBNF", "SchemaGrammarError", "json_object_grammar", "sch
 JSON_OBJECT_GBNF: str = JSON_GBNF
 
 MAX_SCHEMA_CHARS = 200_000
+# The converter nests one group per optional repetition, so a count is a nesting depth.
+MAX_SCHEMA_REPETITION = LIMITS.max_depth
+# Schema keywords the converter expands into that many copies or nested groups.
+_COUNTS = ("minLength", "maxLength", "minItems", "maxItems")
+# The converter's character of a JSON string admits control characters, which JSON does not
+# (strict parsers refuse the reply); llama.cpp's own converter excludes them, as this does.
+_STRING_CHAR = re.compile(r'^char ::= \[\^"\\\\\] ', re.MULTILINE)  # char ::= [^"\\] ...
+_JSON_STRING_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] '
+# A quantifier of a regular expression (what the converter reads in ``pattern``).
+_QUANTIFIER = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
 
 
 class SchemaGrammarError(ContextError):
@@ -39,11 +59,15 @@ def schema_grammar(schema: Any) -> str:
         return JSON_GBNF
     if not isinstance(schema, dict):
         raise SchemaGrammarError(f"A JSON schema must be an object, not {type(schema).__name__}.")
-    text = json.dumps(schema)
+    try:
+        text = json.dumps(schema)
+    except RecursionError:
+        raise SchemaGrammarError("The JSON schema is nested too deeply.") from None
     if len(text) > MAX_SCHEMA_CHARS:
         raise SchemaGrammarError(
             f"The JSON schema is too large ({len(text):,} characters; at most {MAX_SCHEMA_CHARS:,})."
         )
+    _check_counts(schema)
     try:
         grammar = json_schema_to_gbnf(text)
     except RecursionError:
@@ -54,4 +78,47 @@ def schema_grammar(schema: Any) -> str:
         ) from None
     if not isinstance(grammar, str) or "root" not in grammar:
         raise SchemaGrammarError("The JSON schema gave no grammar.")
+    grammar = _STRING_CHAR.sub(lambda _: _JSON_STRING_CHAR, grammar)
+    try:
+        check_grammar(grammar)
+    except GrammarBoundsError as exc:
+        raise SchemaGrammarError(f"The JSON schema's grammar is too large: {exc}") from None
+    except GrammarSyntaxError as exc:
+        raise SchemaGrammarError(
+            f"The JSON schema gave a grammar llama.cpp refuses: {exc}"
+        ) from None
     return grammar
+
+
+def _check_counts(schema: dict[str, Any]) -> None:
+    """Refuse a repetition count above :data:`MAX_SCHEMA_REPETITION` anywhere in the schema
+    (walked without recursion: a schema may nest deeply)."""
+    todo: list[Any] = [schema]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, list):
+            todo.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        for key, value in node.items():
+            if key in _COUNTS and isinstance(value, int) and not isinstance(value, bool):
+                _check_count(f"'{key}' of {value:,}" if value < 10**20 else f"'{key}'", value)
+            elif key == "pattern" and isinstance(value, str):
+                for match in _QUANTIFIER.finditer(value):
+                    for digits in match.groups():
+                        if digits:
+                            # int() refuses over 4,300 digits; the length says enough
+                            count = int(digits) if len(digits) < 20 else 10**20
+                            quantifier = match.group(0)[:40]
+                            _check_count(f"'pattern' quantifier {quantifier}", count)
+            elif isinstance(value, dict | list):
+                todo.append(value)
+
+
+def _check_count(what: str, count: int) -> None:
+    if count > MAX_SCHEMA_REPETITION:
+        raise SchemaGrammarError(
+            f"The JSON schema's {what} repeats more than a grammar may (the grammar nests "
+            f"one group per repetition); at most {MAX_SCHEMA_REPETITION:,}."
+        )

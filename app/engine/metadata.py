@@ -26,8 +26,10 @@ from app.engine.gguf_header import (
     GGUFArray,
     GGUFHeader,
     GGUFHeaderError,
+    printable_name,
     read_header,
 )
+from app.engine.header_checks import hparams_problem, vocabulary_problem
 
 GGUF_MAGIC = b"GGUF"
 
@@ -298,6 +300,14 @@ def read_model_info(path: str | os.PathLike[str], *, check_loadable: bool = True
     """Read a GGUF header. Raises :class:`ModelLoadError` for anything broken and, unless
     ``check_loadable`` is False, for a file llama.cpp would refuse to load (the error is
     a sentence saying what is wrong and what to do)."""
+    return read_model_header(path, check_loadable=check_loadable)[0]
+
+
+def read_model_header(
+    path: str | os.PathLike[str], *, check_loadable: bool = True
+) -> tuple[ModelInfo, GGUFHeader]:
+    """:func:`read_model_info` and the parsed header it came from (whose
+    :meth:`GGUFHeader.digest` identifies what a load reads)."""
     p = check_gguf_file(path)
     try:
         header = read_header(p)
@@ -316,7 +326,7 @@ def read_model_info(path: str | os.PathLike[str], *, check_loadable: bool = True
         ) from exc
     if problem is not None:
         raise ModelLoadError(problem)
-    return info
+    return info, header
 
 
 def _header_failure(p: Path, exc: GGUFHeaderError) -> str:
@@ -431,25 +441,25 @@ def load_problem(header: GGUFHeader, p: Path, info: ModelInfo) -> str | None:
                 "bytes). Convert the model again with a current llama.cpp."
             )
         if t.name in seen:
-            return f"{name} is damaged: the tensor '{t.name}' appears twice. Download or convert it again."
+            return f"{name} is damaged: the tensor '{printable_name(t.name)}' appears twice. Download or convert it again."
         seen.add(t.name)
         n = 1
         for d in t.dims:
             if d < 0:
                 return (
-                    f"{name} is damaged: the tensor '{t.name}' has a negative dimension "
+                    f"{name} is damaged: the tensor '{printable_name(t.name)}' has a negative dimension "
                     f"({shape}). Download or convert it again."
                 )
             n *= d
         if n > _INT64_MAX:
             return (
-                f"{name} is damaged: the tensor '{t.name}' has a huge dimension ({shape}) whose "
+                f"{name} is damaged: the tensor '{printable_name(t.name)}' has a huge dimension ({shape}) whose "
                 "size overflows. Download or convert it again."
             )
         size = GGML_TYPE_SIZES.get(t.ggml_type)
         if size is None:
             return (
-                f"{name} stores the tensor '{t.name}' in a type (ggml type {t.ggml_type}) this "
+                f"{name} stores the tensor '{printable_name(t.name)}' in a type (ggml type {t.ggml_type}) this "
                 "version of llama.cpp does not know. Update LlamaDesk or choose another "
                 "quantization of the model."
             )
@@ -457,35 +467,35 @@ def load_problem(header: GGUFHeader, p: Path, info: ModelInfo) -> str | None:
         row = t.dims[0] if t.dims else 1
         if row % block:
             return (
-                f"{name} is damaged: the tensor '{t.name}' has rows of {row} values, not a "
+                f"{name} is damaged: the tensor '{printable_name(t.name)}' has rows of {row} values, not a "
                 f"multiple of its type's block of {block}. Download or convert it again."
             )
         n_bytes = n // block * type_size
         if n_bytes > _SIZE_MAX - alignment:
             return (
-                f"{name} is damaged: the tensor '{t.name}' has a huge dimension ({shape}) whose "
+                f"{name} is damaged: the tensor '{printable_name(t.name)}' has a huge dimension ({shape}) whose "
                 "size overflows. Download or convert it again."
             )
         if zero is None and 0 in t.dims:
             zero = (
-                f"{name} is damaged: the tensor '{t.name}' has a zero dimension ({shape}), so it "
+                f"{name} is damaged: the tensor '{printable_name(t.name)}' has a zero dimension ({shape}), so it "
                 "holds no weights. Download or convert the model again."
             )
         if t.offset % alignment:
             return (
-                f"{name} is damaged: the data of the tensor '{t.name}' starts at offset "
+                f"{name} is damaged: the data of the tensor '{printable_name(t.name)}' starts at offset "
                 f"{t.offset:,}, which is not a multiple of the file's alignment ({alignment}). "
                 "Download or convert it again."
             )
         if t.offset != expected:
             if header.data_offset + t.offset + n_bytes > header.file_size:
                 return (
-                    f"{name} is damaged: the data of the tensor '{t.name}' would lie past the "
+                    f"{name} is damaged: the data of the tensor '{printable_name(t.name)}' would lie past the "
                     f"end of the file (at offset {t.offset:,} of the data, {n_bytes:,} bytes; "
                     f"the file has {header.file_size:,}). Download or convert it again."
                 )
             return (
-                f"{name} is damaged: the data of the tensor '{t.name}' is not where llama.cpp "
+                f"{name} is damaged: the data of the tensor '{printable_name(t.name)}' is not where llama.cpp "
                 f"expects it (offset {t.offset:,} instead of {expected:,}). Download or convert "
                 "it again."
             )
@@ -516,12 +526,15 @@ def load_problem(header: GGUFHeader, p: Path, info: ModelInfo) -> str | None:
             f"{name} holds only a vocabulary (no weights): it is a tokenizer file, not a "
             "model; download the full model."
         )
-    if info.n_vocab == 0:
+    tokens = header.fields.get("tokenizer.ggml.tokens")
+    mistyped = isinstance(tokens, GGUFArray) and tokens.type != T_STRING  # said below
+    if info.n_vocab == 0 and not mistyped:
         return (
             f"{name} has no vocabulary (tokenizer.ggml.tokens is missing), so it cannot be "
             "used for chat."
         )
-    return zero
+    # llama.cpp's order: hyper-parameters, then the vocabulary (both may abort the process).
+    return hparams_problem(header, name, arch) or vocabulary_problem(header, name) or zero
 
 
 def fingerprint(path: str | os.PathLike[str]) -> str:

@@ -9,34 +9,22 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import re
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import llama_cpp
 
-from app.engine import llama_log
+from app.engine import llama_log, load_check
+from app.engine.backend import ensure_backend
+from app.engine.cpu_quirks import apply_cpu_quirks
 from app.engine.errors import EngineError, ModelLoadError
-from app.engine.metadata import ModelInfo, check_gguf_file, fingerprint, read_model_info
+from app.engine.metadata import ModelInfo, check_gguf_file, fingerprint, read_model_header
 from app.engine.settings import ModelSettings
+from app.engine.tokenizer import VocabLease
 
 log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[float], bool]
-
-_backend_lock = threading.Lock()
-_backend_ready = False
-
-
-def ensure_backend() -> None:
-    """Initialise llama.cpp once per process and route its log to ``logging``."""
-    global _backend_ready
-    with _backend_lock:
-        if not _backend_ready:
-            llama_log.install()
-            llama_cpp.llama_backend_init()
-            _backend_ready = True
 
 
 class Model:
@@ -49,12 +37,15 @@ class Model:
         progress: ProgressCallback | None = None,
     ) -> None:
         ensure_backend()
+        # Other threads tokenize with this vocabulary (app.engine.tokenizer); close waits.
+        self.lease = VocabLease()
         settings = settings or ModelSettings()
         settings.validate()
         p = check_gguf_file(path)
         # Reading the header first turns truncated or malformed files into clear errors
         # before llama.cpp parses them (and gives the metadata the UI shows).
-        self.info: ModelInfo = read_model_info(p)
+        self.info: ModelInfo
+        self.info, header = read_model_header(p)
         if self.info.n_vocab == 0:
             raise ModelLoadError(
                 f"{p.name} has no vocabulary (tokenizer.ggml.tokens is missing), so it cannot be used for chat."
@@ -63,6 +54,11 @@ class Model:
             raise ModelLoadError(
                 f"{p.name} holds only a vocabulary, no weights (a vocab-only file). Choose the full model file."
             )
+        # llama.cpp aborts the process on some damage no header check foresees: the first
+        # load of a header this app has not loaded before is tried in a child process.
+        load_check.ensure_loadable(
+            p, header, architecture=self.info.architecture, n_gpu_layers=settings.n_gpu_layers
+        )
         self.path = p
         self.settings = settings
         self._cancelled = False
@@ -92,6 +88,9 @@ class Model:
             if not keep_going:
                 self._cancelled = True
             return keep_going
+
+        # Kept for the model's life: llama.cpp reads the override array it points at.
+        self._cpu_quirks = apply_cpu_quirks(params, p)
 
         # Keep the ctypes callback referenced for the whole load: if it were collected,
         # llama.cpp would call freed memory.
@@ -180,6 +179,7 @@ class Model:
     def close(self) -> None:
         handle = getattr(self, "handle", None)
         if handle:
+            self.lease.retire()
             llama_cpp.llama_model_free(handle)
             self.handle = None
 
@@ -191,25 +191,4 @@ class Model:
 
 
 def _load_failure_message(path: Path, info: ModelInfo) -> str:
-    said = " ".join(llama_log.recent_errors(2))
-    lowered = said.lower()
-    if "unknown model architecture" in lowered:
-        return (
-            f"{path.name} uses the model architecture '{info.architecture}', which this version of "
-            "llama.cpp does not support. Update LlamaDesk or choose another model."
-        )
-    missing = re.search(r"tensor '([^']+)' not found", said)
-    if missing:
-        return (
-            f"{path.name} is incomplete or damaged: the weight '{missing.group(1)}' is missing. "
-            "Download or copy it again."
-        )
-    shape = re.search(r"tensor '([^']+)' has wrong shape", said)
-    if shape:
-        return f"{path.name} is damaged: the weight '{shape.group(1)}' has the wrong shape for this model."
-    if "wrong number of tensors" in lowered or "missing tensor" in lowered:
-        return f"{path.name} is incomplete or damaged (weights are missing). Download or copy it again."
-    if "failed to allocate" in lowered or "out of memory" in lowered:
-        return f"There is not enough memory to load {path.name}. Close other programs or choose a smaller model."
-    detail = f" llama.cpp said: {said}" if said else ""
-    return f"llama.cpp could not load {path.name}.{detail}"
+    return load_check.refusal_message(path, info.architecture, " ".join(llama_log.recent_errors(2)))

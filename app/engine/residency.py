@@ -102,7 +102,12 @@ class Residency:
             return
         if fate is Fit.RESTORED:
             if cut is not None:
-                self._snapshots.cut_and_requeue(seq, cut)
+                # A cut made while parked promised ``cut`` tokens; a cache that can only
+                # go back to a checkpoint keeps fewer: the turn processes those too.
+                requeued = self._snapshots.cut_and_requeue(seq, cut)
+                if requeued and seq.busy:
+                    seq.completion.n_prompt_processed += requeued
+                    seq.prompt_total += requeued
             if seq.report_restore:
                 events.append(StateRestored(seq.key, True))
         else:

@@ -61,6 +61,8 @@ class Sampler:
         params: SamplingParams,
         n_ctx: int = 4096,
     ) -> None:
+        # validate() also reads the grammar as llama.cpp will (app/engine/grammar_bounds.py):
+        # a grammar that would overflow its parser's stack never reaches it.
         params.validate()
         self.params = params
         chain_params = llama_cpp.llama_sampler_chain_default_params()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from app.engine.errors import ContextError
+from app.engine.grammar_bounds import GrammarBoundsError, GrammarSyntaxError, check_grammar
 from app.settings_schema import (
     ATTENTION,
     CONTEXT_FIELDS,
@@ -299,8 +300,15 @@ class SamplingParams:
         return SAMPLING_FIELDS[name]
 
     def validate(self) -> None:
-        """Raise :class:`SettingsError` (naming the field) for a value out of range."""
+        """Raise :class:`SettingsError` (naming the field) for a value out of range, or a
+        grammar llama.cpp could not parse or would crash on (every grammar reaches
+        llama.cpp through a :class:`~app.engine.sampling.Sampler`, which validates)."""
         validate_fields(self)
+        if self.grammar:
+            try:
+                check_grammar(self.grammar)
+            except (GrammarBoundsError, GrammarSyntaxError) as exc:
+                raise SettingsError("grammar", str(exc)) from None
 
     @property
     def greedy(self) -> bool:

@@ -71,11 +71,13 @@ class Snapshots:
         ctx.seq_rm(sid, -1, -1)
         return 0
 
-    def cut_and_requeue(self, seq: Sequence, n: int) -> None:
-        """Keep the first ``n`` cached tokens, queueing again what the cut could not keep."""
+    def cut_and_requeue(self, seq: Sequence, n: int) -> int:
+        """Keep the first ``n`` cached tokens, queueing again what the cut could not keep;
+        returns how many were queued again."""
         held = list(seq.tokens)
         kept = self.truncate(seq, n)
         seq.pending = held[kept:n] + seq.pending
+        return n - kept
 
     def queue_for_logits(self, seq: Sequence) -> None:
         """Make sure the next step has logits for the token after what the cache holds: a

@@ -6,6 +6,8 @@
 - :mod:`app.hub.download`: :class:`DownloadManager` and its events (:mod:`app.hub.events`).
 - :mod:`app.hub.config`: endpoint setting, folders, the token store.
 - :mod:`app.hub.catalog`: the curated first-start list.
+- :mod:`app.hub.background`: the hub's one background primitive (:class:`HubWorker`) and
+  which thread runs what.
 """
 
 from app.hub.client import GGUFEntry, HubClient, RemoteFile, RepoDetails, RepoSummary

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from app import paths
+from app.fsutil import atomic_write_bytes
 from app.storage.settings import endpoint_problem
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -153,13 +154,9 @@ class TokenStore:
                 return
             except Exception:
                 pass  # a locked or broken keyring: fall back to the private file
-        path = _token_file()
-        with contextlib.suppress(OSError):
-            path.unlink()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(token)
-        os.chmod(path, 0o600)
+        # Owner-only from the start (mkstemp), and replaced whole: a crash never leaves
+        # the old token deleted and the new one unwritten.
+        atomic_write_bytes(_token_file(), token.encode("utf-8"))
 
     def clear(self) -> None:
         if self._keyring is not None:

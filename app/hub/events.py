@@ -1,6 +1,8 @@
 """What a :class:`~app.hub.download.DownloadManager` reports, as frozen dataclasses.
 
-Events are delivered on the manager's worker thread; a GUI marshals them to its own thread.
+A running job's events come from the manager's download thread, those a call decides at
+once (``Queued``, ``Resumed``, ``Paused``/``Cancelled`` of a job not running) from the
+caller's thread (see :mod:`app.hub.background`); a GUI marshals them to its own thread.
 Every job ends with exactly one of :class:`Finished`, :class:`Failed` or
 :class:`Cancelled` (a paused job ends later, when resumed).
 """

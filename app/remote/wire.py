@@ -50,8 +50,8 @@ def chat_body(
         body["frequency_penalty"] = sampling.frequency_penalty
     if sampling.presence_penalty:
         body["presence_penalty"] = sampling.presence_penalty
-    if not prompt.reasoning.enable_thinking:
-        body["chat_template_kwargs"] = {"enable_thinking": False}
+    if prompt.reasoning.enable_thinking is not None:  # None: the model's default
+        body["chat_template_kwargs"] = {"enable_thinking": prompt.reasoning.enable_thinking}
     if prompt.reasoning.effort is not None:
         body["reasoning_effort"] = prompt.reasoning.effort.value
     if traits.kind in (ServerKind.LLAMA_SERVER, ServerKind.LLAMADESK):

@@ -7,7 +7,9 @@
 - :mod:`app.server.store` - API conversations in the app's database
 - :mod:`app.server.service` - the endpoints, transport-free
 - :mod:`app.server.openai_format` - response objects and stream chunks
-- :mod:`app.server.http` - the HTTP transport (standard library)
+- :mod:`app.server.origin` - which web pages may send requests (checked first)
+- :mod:`app.server.transport` - connections: deadlines, the caps, JSON wire errors
+- :mod:`app.server.http` - requests and replies (the standard library's parser)
 - :mod:`app.server.runner` - :class:`ServerRunner`: all of it for ``llamadesk serve``
 """
 

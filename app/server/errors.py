@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from http import HTTPStatus
 from typing import Any
 
 from app.errors import LlamaDeskError
@@ -37,6 +39,23 @@ class ApiError(LlamaDeskError):
                 "code": self.code,
             }
         }
+
+    def response(self) -> bytes:
+        """The whole HTTP/1.1 response, ``Connection: close``: for the transport, which
+        answers malformed, oversized or late requests before any handler exists."""
+        body = json.dumps(self.body(), ensure_ascii=False).encode("utf-8")
+        try:
+            reason = HTTPStatus(self.status).phrase
+        except ValueError:
+            reason = "Error"
+        lines = [
+            f"HTTP/1.1 {self.status} {reason}",
+            "Content-Type: application/json; charset=utf-8",
+            f"Content-Length: {len(body)}",
+            "Connection: close",
+            *(f"{key}: {value}" for key, value in self.headers.items()),
+        ]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:

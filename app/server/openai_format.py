@@ -3,11 +3,38 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 from app.engine.reasoning import Channel
-from app.server.service import Done, Failed, Item, Piece, finish_reason, new_id, timings, usage
+from app.server.reply_items import Done, Failed, Item, Piece, cached_tokens, finish_reason
+from app.session import TurnResult
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def usage(result: TurnResult) -> dict[str, Any]:
+    return {
+        "prompt_tokens": result.n_prompt,
+        "completion_tokens": result.n_tokens,
+        "total_tokens": result.n_prompt + result.n_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens(result)},
+    }
+
+
+def timings(result: TurnResult) -> dict[str, Any]:
+    """llama-server's ``timings`` object."""
+    return {
+        "cache_n": cached_tokens(result),
+        "prompt_n": result.n_prompt_processed,
+        "prompt_ms": round(result.prompt_ms, 3),
+        "predicted_n": result.n_tokens,
+        "predicted_ms": round(result.gen_ms, 3),
+        "predicted_per_second": round(result.tokens_per_second, 3),
+    }
 
 
 def chat_response(items: Iterator[Item], model: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from app.engine import SamplingParams
 from app.engine.chat_template import ReasoningEffort, ReasoningOptions
+from app.engine.grammar_bounds import GrammarBoundsError, GrammarSyntaxError, check_grammar
 from app.engine.json_grammar import SchemaGrammarError, json_object_grammar, schema_grammar
 from app.server.errors import ApiError, bad_request
 from app.session import ChatMessage
@@ -182,10 +183,12 @@ def _sampling(body: dict[str, Any], param_names: dict[str, str]) -> tuple[Sampli
 
 def _grammar(body: dict[str, Any]) -> str | None:
     """``response_format`` (json_object, json_schema) or llama-server's ``grammar`` /
-    ``json_schema`` extensions as a GBNF grammar."""
+    ``json_schema`` extensions as a GBNF grammar, checked against what llama.cpp can parse
+    without crashing (app/engine/grammar_bounds.py): beyond it, a 400 naming the limit."""
     grammar = get_str(body, "grammar")
     fmt = body.get("response_format")
     schema: Any = body.get("json_schema")
+    source = "json_schema"
     if fmt is not None:
         if not isinstance(fmt, dict):
             raise bad_request("'response_format' must be an object.", "response_format")
@@ -194,6 +197,7 @@ def _grammar(body: dict[str, Any]) -> str | None:
             pass
         elif kind == "json_object":
             schema = fmt.get("schema", True)  # llama-server also takes a schema here
+            source = "response_format"
         elif kind == "json_schema":
             spec = fmt.get("json_schema")
             if not isinstance(spec, dict) or "schema" not in spec:
@@ -202,19 +206,27 @@ def _grammar(body: dict[str, Any]) -> str | None:
                     "response_format",
                 )
             schema = spec["schema"]
+            source = "response_format"
         else:
             raise bad_request(
                 f"'response_format.type' must be text, json_object or json_schema, not {kind!r}.",
                 "response_format",
             )
     if schema is None:
-        return grammar.strip() or None if grammar is not None else None
+        text = grammar.strip() if grammar is not None else ""
+        if not text:
+            return None
+        try:
+            check_grammar(text)
+        except (GrammarBoundsError, GrammarSyntaxError) as exc:
+            raise bad_request(str(exc), "grammar", "invalid_grammar") from None
+        return text
     if grammar is not None:
         raise bad_request("Give either a grammar or a JSON schema, not both.", "grammar")
     try:
         return json_object_grammar() if schema is True else schema_grammar(schema)
     except SchemaGrammarError as exc:
-        raise bad_request(str(exc), "response_format", "invalid_json_schema") from None
+        raise bad_request(str(exc), source, "invalid_json_schema") from None
 
 
 def _common(body: dict[str, Any], header_conversation: str | None) -> dict[str, Any]:
@@ -318,12 +330,15 @@ def parse_chat(body: Any, header_conversation: str | None = None) -> ChatRequest
 
 
 def _reasoning(body: dict[str, Any]) -> ReasoningOptions:
-    enable = True
+    # Nothing asked: None, the model's own default (the rule in
+    # app/engine/chat_template/thinking.py, llama-server's), not "thinking on".
+    enable: bool | None = None
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None:
         if not isinstance(kwargs, dict):
             raise bad_request("'chat_template_kwargs' must be an object.", "chat_template_kwargs")
-        enable = get_bool(kwargs, "enable_thinking", True)
+        if kwargs.get("enable_thinking") is not None:
+            enable = get_bool(kwargs, "enable_thinking")
     effort_name = get_str(body, "reasoning_effort")
     effort = None
     if effort_name is not None:

@@ -73,7 +73,7 @@ class ServerRunner:
         self.service = ApiService(
             self.session, config, self.store, slots_dir=states / SLOTS_FOLDER if persist else None
         )
-        self.service.local_tokens = loader is None
+        self.service.generation.local_tokens = loader is None
         self.http: ApiServer | None = None
         self._thread: threading.Thread | None = None
         self._closed = False

@@ -16,11 +16,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.errors import LlamaDeskError
 from app.session.types import ChatMessage, FinishReason, TurnResult
-from app.storage import Database, Message
+
+if TYPE_CHECKING:  # storage is imported only by clients that keep a database
+    from app.storage import Database, Message
 
 log = logging.getLogger(__name__)
 

@@ -59,10 +59,10 @@ from app.session.types import (
     RecordedTurn,
     TurnId,
 )
-from app.storage import Database, StateStore
 
 if TYPE_CHECKING:
     from app.engine import Engine
+    from app.storage import Database, StateStore
 
 log = logging.getLogger(__name__)
 

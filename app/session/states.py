@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from app.engine import RestoreOutcome as EngineRestore
 from app.errors import LlamaDeskError
@@ -21,7 +22,9 @@ from app.session.outbox import Outbox
 from app.session.registry import Conversation, Registry
 from app.session.session_thread import on_session_thread
 from app.session.types import ConversationId, RestoreOutcome
-from app.storage import StateStore
+
+if TYPE_CHECKING:  # storage is imported only by clients that keep a database
+    from app.storage import StateStore
 
 log = logging.getLogger(__name__)
 

@@ -5,10 +5,9 @@ Files (all under ``app.paths.data_dir()``, which ``LLAMADESK_HOME`` overrides):
 ``PRAGMA user_version``), ``states/*.kvstate`` (KV state files) and ``settings.json``.
 
 Threads
-    One :class:`Database` per thread; the connection refuses to be used from another
-    thread. A worker does ``db = gui_db.clone()`` (or ``Database.open()``) in its own
-    thread and ``db.close()`` at its end. Readers never block writers (WAL); writers wait
-    up to 10 s for each other. :class:`StateStore` may be shared between threads.
+    A connection serves the thread that opened it: the rule and the two ways to follow it
+    (``Database.open``/``clone`` for a job, :class:`PerThread` for a serving thread) are
+    in :mod:`app.storage.threads`.
 
 Opening
     ``db = Database.open()`` (default path ``paths.database_path()``). Problems raise a
@@ -62,38 +61,83 @@ Also here: :class:`StateStore` (KV state files), :mod:`app.storage.settings`
 (``export_json``, ``export_markdown``, ``import_json``).
 """
 
-from app.storage._core import move_aside
-from app.storage.conversations import UNSET, fts_query, make_title
-from app.storage.database import Database
-from app.storage.errors import (
-    DatabaseBusyError,
-    DatabaseCorruptError,
-    DatabaseOpenError,
-    DatabaseReadOnlyError,
-    DatabaseTooNewError,
-    DiskError,
-    ImportValidationError,
-    NotFoundError,
-    ReadOnlyModeError,
-    StorageError,
-)
-from app.storage.export import export_json, export_markdown, import_json
-from app.storage.library import MetadataReader
-from app.storage.models import (
-    DEFAULT_TITLE,
-    Conversation,
-    Message,
-    ModelEntry,
-    Preset,
-    Role,
-    ScanResult,
-    SearchHit,
-    Status,
-    Tab,
-)
-from app.storage.schema import SCHEMA_VERSION
-from app.storage.settings import AppSettings, SamplingDefaults, load_settings, save_settings
-from app.storage.state import StateStore
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.storage._core import move_aside
+    from app.storage.conversations import UNSET, fts_query, make_title
+    from app.storage.database import Database
+    from app.storage.errors import (
+        DatabaseBusyError,
+        DatabaseCorruptError,
+        DatabaseOpenError,
+        DatabaseReadOnlyError,
+        DatabaseTooNewError,
+        DiskError,
+        ImportValidationError,
+        NotFoundError,
+        ReadOnlyModeError,
+        StorageError,
+    )
+    from app.storage.export import export_json, export_markdown, import_json
+    from app.storage.library import MetadataReader
+    from app.storage.models import (
+        DEFAULT_TITLE,
+        Conversation,
+        Message,
+        ModelEntry,
+        Preset,
+        Role,
+        ScanResult,
+        SearchHit,
+        Status,
+        Tab,
+    )
+    from app.storage.schema import SCHEMA_VERSION
+    from app.storage.settings import AppSettings, SamplingDefaults, load_settings, save_settings
+    from app.storage.state import StateStore
+    from app.storage.threads import PerThread
+
+# Imported on first use (PEP 562): a client that keeps no database (``llamadesk run``, the
+# session without storage) never pays for SQLite, the FTS helpers and the exporters.
+_HOME: dict[str, str] = {
+    "AppSettings": "app.storage.settings",
+    "Conversation": "app.storage.models",
+    "DEFAULT_TITLE": "app.storage.models",
+    "Database": "app.storage.database",
+    "DatabaseBusyError": "app.storage.errors",
+    "DatabaseCorruptError": "app.storage.errors",
+    "DatabaseOpenError": "app.storage.errors",
+    "DatabaseReadOnlyError": "app.storage.errors",
+    "DatabaseTooNewError": "app.storage.errors",
+    "DiskError": "app.storage.errors",
+    "ImportValidationError": "app.storage.errors",
+    "Message": "app.storage.models",
+    "MetadataReader": "app.storage.library",
+    "ModelEntry": "app.storage.models",
+    "NotFoundError": "app.storage.errors",
+    "PerThread": "app.storage.threads",
+    "Preset": "app.storage.models",
+    "ReadOnlyModeError": "app.storage.errors",
+    "Role": "app.storage.models",
+    "SCHEMA_VERSION": "app.storage.schema",
+    "SamplingDefaults": "app.storage.settings",
+    "ScanResult": "app.storage.models",
+    "SearchHit": "app.storage.models",
+    "StateStore": "app.storage.state",
+    "Status": "app.storage.models",
+    "StorageError": "app.storage.errors",
+    "Tab": "app.storage.models",
+    "UNSET": "app.storage.conversations",
+    "export_json": "app.storage.export",
+    "export_markdown": "app.storage.export",
+    "fts_query": "app.storage.conversations",
+    "import_json": "app.storage.export",
+    "load_settings": "app.storage.settings",
+    "make_title": "app.storage.conversations",
+    "move_aside": "app.storage._core",
+    "save_settings": "app.storage.settings",
+}
 
 __all__ = [
     "DEFAULT_TITLE",
@@ -113,6 +157,7 @@ __all__ = [
     "MetadataReader",
     "ModelEntry",
     "NotFoundError",
+    "PerThread",
     "Preset",
     "ReadOnlyModeError",
     "Role",
@@ -132,3 +177,14 @@ __all__ = [
     "move_aside",
     "save_settings",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'app.storage' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

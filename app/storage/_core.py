@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Self, cast
 
 from app import paths
+from app.fsutil import create_private_file, fsync_dir, make_private, make_private_dir
 from app.storage.errors import (
     DatabaseBusyError,
     DatabaseCorruptError,
@@ -29,6 +30,24 @@ from app.storage.schema import MIGRATIONS, SCHEMA_VERSION, split_statements
 log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_S = 10.0
+# SQLite's companions of a database file: the write-ahead log and its shared-memory index
+# (WAL mode), the rollback journal (never used in WAL mode, but kept with the set).
+COMPANION_SUFFIXES = ("-wal", "-shm", "-journal")
+
+
+def database_files(path: Path) -> tuple[Path, ...]:
+    """The database file and its companions, as SQLite names them."""
+    return (path, *(Path(str(path) + suffix) for suffix in COMPANION_SUFFIXES))
+
+
+def make_database_private(path: Path) -> None:
+    """The database and its companions owner-only (0600), like the state files: a file
+    that already exists with a looser mode (an older version, a copy) is fixed, and one
+    that is missing is left to SQLite, which gives the -wal and -shm files the mode of the
+    database file."""
+    for file in database_files(path):
+        if not make_private(file) and file.exists():
+            log.warning("Could not make %s private (owner-only)", file)
 
 
 def translate_error(exc: sqlite3.Error, path: Path) -> StorageError | None:
@@ -86,12 +105,16 @@ def _backup_before_migration(conn: sqlite3.Connection, path: Path, version: int)
     if target.exists():
         return
     partial = target.with_name(target.name + ".partial")
+    with contextlib.suppress(FileNotFoundError):
+        partial.unlink()  # left by an interrupted backup: it may have any mode
+    create_private_file(partial)  # a copy of every conversation: owner-only too
     dest = sqlite3.connect(str(partial))
     try:
-        conn.backup(dest)
+        conn.backup(dest)  # SQLite syncs the copy before backup() returns
     finally:
         dest.close()
     os.replace(partial, target)
+    fsync_dir(target.parent)
     log.info("Backed up the database to %s before migrating it", target)
 
 
@@ -126,9 +149,8 @@ def migrate(conn: sqlite3.Connection, path: Path, *, target: int = SCHEMA_VERSIO
 class DatabaseCore:
     """Connection handling shared by the :class:`~app.storage.Database` mixins.
 
-    One ``Database`` per thread: SQLite connections must not be shared between threads
-    (the connection enforces this). Use :meth:`clone` in a worker thread to get another
-    connection to the same file cheaply.
+    The connection serves the thread that opened it (the rule: :mod:`app.storage.threads`);
+    :meth:`clone` on another thread gives that thread its own, cheaply.
     """
 
     def __init__(self, conn: sqlite3.Connection, path: Path, read_only: bool) -> None:
@@ -164,7 +186,7 @@ class DatabaseCore:
                 db._quick_check()
             return db
         try:
-            db_path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dir(db_path.parent)
         except OSError as exc:
             raise DiskError(db_path, f"cannot create its folder: {exc.strerror or exc}") from exc
         exists = db_path.exists() and db_path.stat().st_size > 0
@@ -172,6 +194,14 @@ class DatabaseCore:
             raise DatabaseReadOnlyError(db_path)
         if not os.access(db_path.parent, os.W_OK):
             raise DatabaseReadOnlyError(db_path)
+        if not db_path.exists():
+            try:
+                # Created owner-only here rather than by SQLite (0644 less the umask); an
+                # empty file is an empty database to SQLite.
+                create_private_file(db_path)
+            except OSError as exc:
+                raise DiskError(db_path, exc.strerror or str(exc)) from exc
+        make_database_private(db_path)
         try:
             conn = _connect(db_path, read_only=False)
         except sqlite3.Error as exc:
@@ -344,11 +374,11 @@ def move_aside(path: Path | None = None) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     target = db_path.with_name(f"{db_path.name}.moved-{stamp}")
     counter = 1
-    while any(Path(str(target) + suffix).exists() for suffix in ("", "-wal", "-shm", "-journal")):
+    while any(file.exists() for file in database_files(target)):
         counter += 1
         target = db_path.with_name(f"{db_path.name}.moved-{stamp}-{counter}")
     try:
-        for suffix in ("-wal", "-shm", "-journal", ""):
+        for suffix in (*COMPANION_SUFFIXES, ""):
             source = Path(str(db_path) + suffix)
             if source.exists():
                 os.replace(source, Path(str(target) + suffix))

@@ -8,10 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.fsutil import atomic_write_bytes
-from app.storage import export as exporter
-from app.storage.database import Database
-from app.storage.errors import StorageError
+# The commands import the storage layer when they run: ``register`` is called for every
+# ``llamadesk`` command line, ``run`` and ``serve`` included, which should not pay for it.
 
 
 def register(sub: Any) -> None:
@@ -53,6 +51,11 @@ def _one_line(text: str) -> str:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from app.fsutil import atomic_write_bytes
+    from app.storage import export as exporter
+    from app.storage.database import Database
+    from app.storage.errors import StorageError
+
     if args.all == (args.conversation_id is not None):
         raise StorageError("Give either a conversation id or --all to choose what to export.")
     fmt = args.format
@@ -83,6 +86,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    from app.storage import export as exporter
+    from app.storage.database import Database
+
     data = exporter.read_json_file(args.file)
     with Database.open() as db:
         ids = exporter.import_json(db, data)
@@ -93,6 +99,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_chats(args: argparse.Namespace) -> int:
+    from app.storage.database import Database
+
     with Database.open() as db:
         if args.search is not None:
             hits = db.search(args.search, limit=max(1, args.limit))

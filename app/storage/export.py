@@ -43,7 +43,7 @@ from typing import Any, cast
 
 from app import __version__
 from app.fsutil import atomic_write_bytes
-from app.storage.conversations import NewMessage, _json_dump, insert_message_row
+from app.storage.conversations.rows import NewMessage, insert_message_row, json_dump
 from app.storage.database import Database
 from app.storage.errors import ImportValidationError, StorageError
 from app.storage.models import ROLES, STATUSES, TITLE_SOURCES, Conversation
@@ -447,7 +447,7 @@ def _insert(db: Database, specs: Sequence[_ConversationSpec]) -> list[int]:
                     spec.updated_at,
                     spec.model_path,
                     spec.system_prompt,
-                    _json_dump(spec.sampling),
+                    json_dump(spec.sampling),
                     int(spec.pinned),
                     int(spec.archived),
                 ),

@@ -14,7 +14,9 @@ the storage <-> session conversions (:mod:`app.ui.chat_messages`), the status li
 (:mod:`app.ui.tab_status`), the "When full", "Thinking" and "Effort" choices
 (:mod:`app.ui.tab_choices`), the token count before sending (:mod:`app.ui.tab_token_hint`),
 the streaming reply's buffers and finish (:mod:`app.ui.tab_reply`) and the turns with the
-session's events (:mod:`app.ui.tab_turn`).
+session's events (:mod:`app.ui.tab_turn`). Each helper is given the tab as the narrow
+protocol of :mod:`app.ui.tab_protocols` it needs: the tab imports its helpers, never the
+other way round.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from app.ui.message_bar import MessageBar
 from app.ui.tab_choices import TabChoices
 from app.ui.tab_host import TabHost
 from app.ui.tab_reply import ReplyBuffer
-from app.ui.tab_status import MeterFigures, state_text, state_tip
+from app.ui.tab_status import MeterFigures, TabState, state_text, state_tip
 from app.ui.tab_token_hint import TOKEN_COUNT_DELAY_MS, TOKEN_HINT_MIN_CHARS, TokenHint
 from app.ui.tab_turn import TabTurn
 
@@ -80,10 +82,10 @@ class ChatTab(QWidget):
         self.reply_id: int | None = None
         self.reply = ReplyBuffer()  # the reply being streamed: its text and figures
         self._editing: int | None = None
-        self._state = "idle"
-        self._prompt = (0, 0)
+        self.state = TabState.IDLE
+        self.prompt_progress = (0, 0)  # the prompt's tokens processed, and in all
         self.info: dict[str, Any] = {}
-        self._turns_since_open = 0
+        self.turns_since_open = 0
         self._compact = False
         self._context_start: int | None = None
         self.last_completion: TurnResult | None = None
@@ -180,7 +182,7 @@ class ChatTab(QWidget):
         self.choices.init_policy()
         self.choices.init_reasoning()
         self.load_thread(leaf_id)
-        self._update_status()
+        self.update_status()
 
     # ------------------------------------------------------------------ data
 
@@ -209,7 +211,7 @@ class ChatTab(QWidget):
             "library, a GGUF file, or Models ▸ Discover… to download one), then come back here."
         )
 
-    def _show_branch(self) -> None:
+    def show_branch(self) -> None:
         """Show ``branch``, keeping the widgets of the messages already shown in front (a
         new turn adds two widgets instead of rebuilding, and querying, the whole chat)."""
         shown = [w.data.id for w in self.view.messages()]
@@ -238,6 +240,14 @@ class ChatTab(QWidget):
 
     def leaf_id(self) -> int | None:
         return self.branch[-1].id if self.branch else None
+
+    def set_generating(self, generating: bool) -> None:
+        """A turn starts or ends: Send or Stop shows, the tab's title and the window follow."""
+        self.generating = generating
+        self.send_button.setVisible(not generating)
+        self.stop_button.setVisible(generating)
+        self.titleChanged.emit()
+        self.host.tab_state_changed(self.cid)
 
     def save_settings(self) -> None:
         self._settings_timer.stop()
@@ -283,6 +293,8 @@ class ChatTab(QWidget):
                 self.notify(str(exc))
                 return
         try:
+            # The one message the UI still writes itself (issue 19 item 1: this moves into
+            # the session's recorder, the tab then only sends the text).
             user = self.db.add_message(self.cid, "user", text, parent_id=parent)
         except LlamaDeskError as exc:
             self.notify(str(exc))
@@ -387,7 +399,7 @@ class ChatTab(QWidget):
             self.regenerate(message_id)
         elif name == "fork":
             if not self.generating:
-                self.host.fork_from(self, message_id)
+                self.host.fork_tab(self.cid, message_id)
         elif name == "prev":
             self.navigate(message_id, -1)
         elif name == "next":
@@ -411,7 +423,7 @@ class ChatTab(QWidget):
 
     def on_info(self, info: dict[str, Any]) -> None:
         if "restored" in info:
-            self._turns_since_open = 0
+            self.turns_since_open = 0
         self.info = {**self.info, **info}
         if "n_dropped" in info:
             self._sync_context_start()
@@ -419,7 +431,7 @@ class ChatTab(QWidget):
             self.info["on_disk"] = bool(info["saved"])
         elif info.get("resident"):
             self.info["on_disk"] = False
-        self._update_status()
+        self.update_status()
 
     def finish_for_shutdown(self) -> None:
         """Save the reply as it is (stopped) when the window closes mid-generation."""
@@ -430,9 +442,9 @@ class ChatTab(QWidget):
         if self.reply_id is None:
             return None
         painted = self.reply.paint(self.view.last()) if visible else None
-        if self._state == "generating" and self.reply.gen_started:
+        if self.state is TabState.GENERATING and self.reply.gen_started:
             self.reply.measure_speed()
-            self._update_status()
+            self.update_status()
         return painted
 
     # ------------------------------------------------------------------ status
@@ -451,10 +463,10 @@ class ChatTab(QWidget):
         """A narrow window: shorter labels, so nothing overlaps."""
         self._compact = compact
         self.settings_button.setText("Settings" if compact else "Conversation settings")
-        self._update_status()
+        self.update_status()
 
     def state_text(self) -> str:
-        return state_text(self._state, self._prompt, self.reply.tok_s, self.info)
+        return state_text(self.state, self.prompt_progress, self.reply.tok_s, self.info)
 
     def context_start(self) -> int | None:
         """The first message the model still sees, when earlier ones were left out."""
@@ -465,7 +477,7 @@ class ChatTab(QWidget):
         sent = [m for m in self.branch if not (m.role == "assistant" and not m.content)]
         return sent[n_dropped].id if n_dropped < len(sent) else None
 
-    def _update_status(self) -> None:
+    def update_status(self) -> None:
         figures = MeterFigures.of(self.info)
         if figures.n_ctx:
             self.meter.set_figures(figures.n, figures.reserved, figures.n_ctx)
@@ -476,6 +488,5 @@ class ChatTab(QWidget):
         else:
             self.meter.set_figures(0, 0, 0)
             self.meter_label.setText("no model")
-        text = self.state_text()
-        self.state_label.setText(text)
-        self.state_label.setToolTip(state_tip(self.info, text))
+        self.state_label.setText(self.state_text())
+        self.state_label.setToolTip(state_tip(self.state, self.info))

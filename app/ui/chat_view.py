@@ -220,7 +220,7 @@ class ChatView(QScrollArea):
 
     def set_actions_enabled(self, enabled: bool) -> None:
         for w in self._widgets:
-            if not w._streaming:
+            if not w.is_streaming():
                 w.set_actions_enabled(enabled)
 
     # -- editing in place, the context's start

@@ -1,8 +1,8 @@
 """Models -> Discover: search the Hub for GGUF models, see what fits, download.
 
 Search, a repository's file listing and its header (the first MB of one file, for the
-engine's memory estimate) go over the network on a :class:`~app.session.jobs.JobThread`
-(the app's one style of background work); their results come back as queued signals, each
+engine's memory estimate) go over the network as jobs of a
+:class:`~app.ui.background.BackgroundJobs` (the UI's one kind of background work); their results come back as queued signals, each
 tagged with the request it answers so a late answer to an old search is dropped. Nothing is
 downloaded before a click on Download; the bytes go through the window's
 :class:`~app.ui.downloads_panel.Downloads` queue, listed at the bottom.
@@ -42,8 +42,8 @@ from app.hub import catalog
 from app.hub.client import GGUFEntry, RepoDetails, RepoSummary, Sort
 from app.hub.errors import HubError
 from app.hub.fit import FitEstimate, estimate, recommend
-from app.session.jobs import JobThread
 from app.settings_schema import format_bytes
+from app.ui.background import BackgroundJobs
 from app.ui.downloads_panel import Downloads, DownloadsPanel, make_client
 from app.ui.theme import colors
 
@@ -69,7 +69,7 @@ class _Answer:
 
 
 class _Bridge(QObject):
-    """Lives on the GUI thread; the job thread emits through it (queued)."""
+    """Lives on the GUI thread; the job's pool thread emits through it (queued)."""
 
     searched = Signal(object)  # _Answer(list[RepoSummary])
     detailed = Signal(object)  # _Answer((RepoDetails, list[FitEstimate]))
@@ -115,7 +115,7 @@ class DiscoverDialog(QDialog):
         self.resize(980, 680)
         self.downloads = downloads
         self._context_settings = context_settings
-        self._jobs = JobThread("discover")
+        self._jobs = BackgroundJobs("discover")
         self._bridge = _Bridge(self)
         self._bridge.searched.connect(self._on_searched)
         self._bridge.detailed.connect(self._on_detailed)

@@ -40,8 +40,8 @@ from app.hub.events import (
     Started,
     Verified,
 )
-from app.session.jobs import JobThread
 from app.settings_schema import format_bytes
+from app.ui.background import BackgroundJobs
 from app.ui.theme import colors
 
 __all__ = ["DownloadView", "Downloads", "DownloadsPanel", "format_eta", "make_client"]
@@ -101,7 +101,7 @@ class Downloads(QObject):
         # Unfinished downloads of an earlier run, listed as paused until Resume or Cancel
         # hands them to the manager (which is only created then: no bytes without a click).
         self._pending: dict[str, PendingDownload] = {}
-        self._scans = JobThread("downloads-scan")
+        self._scans = BackgroundJobs("downloads-scan")
         self._bridge = _Bridge(self)
         self._bridge.relayed.connect(self._on_event)
         self._bridge.scanned.connect(self._on_scanned)

@@ -9,8 +9,8 @@ in a sentence and nothing is imported).
 
 The dialogs are opened with ``open()`` and report through signals (a modal ``exec()``
 would block the tests and fails inside qasync slots). Reading and writing the files and
-the database work of an export or import run on a background :class:`JobThread`, on its
-own database connection: an export of every conversation can take seconds. The result
+the database work of an export or import run as a job of a
+:class:`~app.ui.background.BackgroundJobs` (a pool thread), on its own database connection: an export of every conversation can take seconds. The result
 comes back as :attr:`ConversationTransfers.finished` on the GUI thread.
 """
 
@@ -26,9 +26,9 @@ from PySide6.QtCore import QObject, QStandardPaths, Signal, Slot
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from app.errors import LlamaDeskError
-from app.session.jobs import JobThread
 from app.storage import Database
 from app.storage.export import ExportFormat, file_stem, import_files, write_bundle, write_each
+from app.ui.background import BackgroundJobs
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class ConversationTransfers(QObject):
         self.native_dialogs = True
         self.dialog: QFileDialog | None = None
         self._folder: Path | None = None  # where the last dialog ended, to start there
-        self._jobs = JobThread("transfers")  # one at a time: two exports never interleave
+        self._jobs = BackgroundJobs("transfers")  # one at a time: two exports never interleave
         self._bridge = _Bridge(self)
         self._bridge.finished.connect(self._on_finished)
 
@@ -242,7 +242,7 @@ class ConversationTransfers(QObject):
     def _submit(self, work: Callable[[], TransferOutcome]) -> None:
         bridge = self._bridge
 
-        def job() -> None:  # on the job thread
+        def job() -> None:  # on a pool thread
             try:
                 outcome = work()
             except Exception as exc:  # a bug: tell the user instead of staying silent

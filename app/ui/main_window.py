@@ -1,10 +1,12 @@
 """The main window: sidebar, chat tabs, message bar, status bar, panels, shutdown.
 
 The window keeps the layout, the session's events, what its tabs ask of it
-(:class:`~app.ui.chat_tab.TabHost`) and thin public methods; each concern is a helper given
-the window, in a module of its own: ``window_tabs``, ``window_conversations``,
+(:class:`~app.ui.tab_host.TabHost`) and thin public methods; each concern is a helper in a
+module of its own: ``window_tabs`` (the open tabs are its), ``window_conversations``,
 ``window_models``, ``window_hub``, ``window_settings``, ``window_status`` (and narrow mode),
-``window_menus`` and ``window_shutdown``.
+``window_menus`` and ``window_shutdown``. Each helper is given the window as the narrow
+protocol of :mod:`app.ui.window_protocols` it needs (and, where it needs one, as a Qt
+parent): the arrows go from the window to its helpers only.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from app.ui.window_hub import WindowHub
 from app.ui.window_menus import WindowMenus
 from app.ui.window_models import WindowModels
 from app.ui.window_settings import WindowSettings
-from app.ui.window_shutdown import WindowShutdown
+from app.ui.window_shutdown import SHUTDOWN_TIMEOUT_MS, WindowShutdown
 from app.ui.window_status import WindowStatus
 from app.ui.window_tabs import WindowTabs
 from app.ui.worker import EngineWorker
@@ -54,7 +56,8 @@ if TYPE_CHECKING:
     from app.hub.catalog import CatalogModel
     from app.ui.discover import DiscoverDialog
     from app.ui.downloads_dialog import DownloadsDialog
-    from app.ui.model_manager import ModelManager, ModelManagerDialog
+    from app.ui.model_manager import ModelManager
+    from app.ui.model_manager_dialog import ModelManagerDialog
     from app.ui.preferences import PreferencesDialog
     from app.ui.settings_panel import SettingsPanel
 
@@ -88,15 +91,14 @@ class MainWindow(QMainWindow):
         self.worker = EngineWorker(self.store, None if read_only else db)
         self.session: Session = self.worker.session
         self.model: LoadedModel | None = None
-        self._tabs: dict[int, ChatTab] = {}
-        self.tabs_ui = WindowTabs(self)
+        self.tabs_ui = WindowTabs(self, self)
         self.conversations_ui = WindowConversations(self)
-        self.models_ui = WindowModels(self)
-        self.hub_ui = WindowHub(self)
-        self.settings_ui = WindowSettings(self)
-        self.status_ui = WindowStatus(self)
-        self.menus_ui = WindowMenus(self)
-        self.shutdown_ui = WindowShutdown(self)
+        self.models_ui = WindowModels(self, self)
+        self.hub_ui = WindowHub(self, self)
+        self.settings_ui = WindowSettings(self, self)
+        self.status_ui = WindowStatus(self, self)
+        self.menus_ui = WindowMenus(self, self)
+        self.shutdown_ui = WindowShutdown(self, self)
         self.downloads = Downloads(self)
         self.downloads.finished.connect(self.hub_ui.on_download_finished)
         self.total_tok_s = 0.0
@@ -111,7 +113,7 @@ class MainWindow(QMainWindow):
         # Session-wide events only: each tab subscribes to its own conversation's stream.
         self.worker.sessionEvent.connect(self._on_session_event)
         # the local API server: a client of this window's session (started only on request)
-        self.server = install_server_menu(self)
+        self.server = install_server_menu(self, self)
         self._flush_timer = QTimer(self)
         self._flush_timer.setInterval(FLUSH_INTERVAL_MS)
         self._flush_timer.timeout.connect(self._flush)
@@ -132,7 +134,7 @@ class MainWindow(QMainWindow):
         self.tab_list_button = self.tabs_ui.tab_list_button
         self.tab_list_menu = self.tabs_ui.tab_list_menu
         self.show_sidebar_button = self.tabs_ui.show_sidebar_button
-        self.welcome = WelcomePage(self)
+        self.welcome = WelcomePage(self, self)
         self.stack = QStackedWidget()
         self.stack.addWidget(self.welcome)
         self.stack.addWidget(self.tab_widget)
@@ -223,15 +225,16 @@ class MainWindow(QMainWindow):
                 tabs, active = [], None
             for tab in tabs:
                 self.tabs_ui.add_tab(tab.conversation_id, tab.leaf_id)
-            if active is not None and active in self._tabs:
-                self.tab_widget.setCurrentWidget(self._tabs[active])
-        self._update_stack()
+            active_tab = self.tab_for(active) if active is not None else None
+            if active_tab is not None:
+                self.tab_widget.setCurrentWidget(active_tab)
+        self.update_stack()
         if load_model:
             path = self.initial_model_path()
             if path is not None:
                 self.load_model(path)
             else:
-                self._update_stack()
+                self.update_stack()
 
     def initial_model_path(self) -> str | None:
         last = self.app_settings.last_model_path
@@ -267,12 +270,14 @@ class MainWindow(QMainWindow):
     def conversation_changed(self, conversation_id: int) -> None:
         if not self.shutdown_ui.shut_down:
             self.sidebar.schedule_refresh()
-        tab = self._tabs.get(conversation_id)
+        tab = self.tab_for(conversation_id)
         if tab is not None:
             self.tabs_ui.update_tab_title(tab)
 
-    def tab_state_changed(self, tab: ChatTab) -> None:
-        self.tabs_ui.update_tab_title(tab)
+    def tab_state_changed(self, conversation_id: int) -> None:
+        tab = self.tab_for(conversation_id)
+        if tab is not None:
+            self.tabs_ui.update_tab_title(tab)
         generating = self.any_generating()
         if generating and not self._flush_timer.isActive():
             self._flush_timer.start()
@@ -281,7 +286,7 @@ class MainWindow(QMainWindow):
             panel.set_generating(generating)
 
     def any_generating(self) -> bool:
-        return any(t.generating for t in self._tabs.values())
+        return any(t.generating for t in self.tabs_ui.by_id.values())
 
     def reasoning_support(self) -> tuple[bool, bool]:
         """Whether the loaded model's template uses (the thinking toggle, the effort)."""
@@ -292,18 +297,27 @@ class MainWindow(QMainWindow):
     def fork_from(self, tab: ChatTab, message_id: int) -> None:
         self.tabs_ui.fork_from(tab, message_id)
 
+    def fork_tab(self, conversation_id: int, message_id: int) -> None:
+        self.tabs_ui.fork_tab(conversation_id, message_id)
+
     @Slot()
     def _flush(self) -> None:
         current = self.current_tab()
         hook = self.paint_hook
-        for tab in self._tabs.values():
+        for tab in self.tabs_ui.by_id.values():
             painted = tab.flush(tab is current)
             if painted is not None and hook is not None:
                 hook(painted)
-        if not any(t.generating for t in self._tabs.values()):
+        if not self.any_generating():
             self._flush_timer.stop()
 
-    def _update_stack(self) -> None:
+    def stop_flushing(self) -> None:
+        """No more painting of streamed text (the window closes)."""
+        self._flush_timer.stop()
+
+    def update_stack(self) -> None:
+        """The welcome page or the tabs, the no-model banner, Send and the picker follow
+        what is open and loaded."""
         has_tabs = self.tab_widget.count() > 0
         loading = self.models_ui.loading_path is not None
         self.stack.setCurrentIndex(1 if has_tabs else 0)
@@ -318,7 +332,22 @@ class MainWindow(QMainWindow):
         return self.tabs_ui.tabs()
 
     def tab_for(self, conversation_id: int) -> ChatTab | None:
-        return self._tabs.get(conversation_id)
+        return self.tabs_ui.by_id.get(conversation_id)
+
+    def remove_tab(self, tab: ChatTab) -> None:
+        """Take the tab out, keeping its conversation (see WindowTabs.remove_tab)."""
+        self.tabs_ui.remove_tab(tab)
+
+    def sync_send(self) -> None:
+        """Every tab's Send follows whether a model is loaded and which key sends."""
+        self.tabs_ui.sync_send()
+
+    def schedule_save_tabs(self) -> None:
+        """Save the open tabs soon (changes close together are saved once)."""
+        self._save_tabs_timer.start()
+
+    def cancel_save_tabs(self) -> None:
+        self._save_tabs_timer.stop()
 
     def current_tab(self) -> ChatTab | None:
         return self.tabs_ui.current_tab()
@@ -381,6 +410,9 @@ class MainWindow(QMainWindow):
     @Slot(int)
     def delete_conversation(self, conversation_id: int) -> None:
         self.conversations_ui.delete_conversation(conversation_id)
+
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        self.conversations_ui.rename(conversation_id, title)
 
     # ================================================================ models, Hub
 
@@ -448,6 +480,13 @@ class MainWindow(QMainWindow):
     def current_context_settings(self) -> ContextSettings:
         return self.settings_ui.current_context_settings()
 
+    def presets(self) -> dict[str, dict[str, Any]]:
+        """The loaded model's saved context presets, by name."""
+        return self.settings_ui.presets()
+
+    def save_app_settings(self) -> None:
+        self.settings_ui.save_settings()
+
     @Slot()
     def open_settings(self) -> None:
         self.settings_ui.open_settings()
@@ -480,6 +519,21 @@ class MainWindow(QMainWindow):
     def is_narrow(self) -> bool:
         return self.status_ui.is_narrow()
 
+    def narrow_layout(self) -> bool:
+        """Whether the window is laid out narrow (it follows the width at each resize)."""
+        return self.status_ui.narrow
+
+    @Slot()
+    def toggle_sidebar(self) -> None:
+        self.status_ui.toggle_sidebar()
+
+    def show_loading(self, visible: bool) -> None:
+        """The status bar's load progress and its Cancel button."""
+        self.status_ui.show_loading(visible)
+
+    def update_model_labels(self) -> None:
+        self.status_ui.update_model_labels()
+
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         self.status_ui.on_resized()
@@ -493,8 +547,11 @@ class MainWindow(QMainWindow):
         self.shutdown_ui.request_quit()
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        self.shutdown_ui.close_event(event)
+        if self.shutdown_ui.close_event(event):
+            # done when the session says so (ShutdownComplete), or after the timeout
+            QTimer.singleShot(SHUTDOWN_TIMEOUT_MS, self._on_shutdown_done)
 
     @Slot()
     def _on_shutdown_done(self) -> None:
-        self.shutdown_ui.on_shutdown_done()
+        if self.shutdown_ui.on_shutdown_done():
+            self.shutDown.emit()

@@ -316,6 +316,10 @@ class MessageWidget(QFrame):
     def editing(self) -> bool:
         return self._editing
 
+    def is_streaming(self) -> bool:
+        """Whether the reply in this widget is being written."""
+        return self._streaming
+
     def set_streaming(self, streaming: bool) -> None:
         self._streaming = streaming
         if not streaming and self._soft_width:

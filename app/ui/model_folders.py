@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from app import paths
+from app.fsutil import atomic_write_bytes
 
 __all__ = ["remember_folder", "start_folder"]
 
@@ -47,8 +48,6 @@ def remember_folder(folder: str | Path) -> None:
         data = {}
     data["last_model_folder"] = str(folder)
     try:
-        tmp = target.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, target)
+        atomic_write_bytes(target, json.dumps(data).encode("utf-8"))
     except OSError as exc:
         log.info("the last folder is not remembered: %s", exc)

@@ -30,8 +30,8 @@ from PySide6.QtWidgets import QFileDialog, QWidget
 from PySide6.QtWidgets import QListWidget as QListWidget  # tests find the folder list by it
 
 from app.engine.metadata import read_model_info
-from app.session.jobs import JobThread
 from app.storage import Database, StorageError
+from app.ui.background import BackgroundJobs
 from app.ui.model_folders import remember_folder, start_folder
 from app.ui.model_library_view import ModelLibraryView
 from app.ui.model_manager_dialog import ModelManagerDialog
@@ -75,7 +75,7 @@ class ModelManager(ModelLibraryView):
         self._pending_files: list[str] = []
         self._file_dialog: QFileDialog | None = None
         self._folder_dialog: QFileDialog | None = None
-        self._jobs = JobThread("model-scan")  # scans run one after another
+        self._jobs = BackgroundJobs("model-scan")  # scans run one after another
         self._bridge = ScanBridge(self)
         self._bridge.progress.connect(self._on_scan_progress)
         self._bridge.finished.connect(self._on_scan_finished)

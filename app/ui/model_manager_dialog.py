@@ -4,16 +4,13 @@ that took most of the chat's height."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from PySide6.QtCore import QByteArray, QSize
 from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QVBoxLayout, QWidget
 
 from app.ui.dialog_geometry import fit_to_screen
-
-if TYPE_CHECKING:
-    from app.ui.model_manager import ModelManager
 
 __all__ = ["ModelManagerDialog"]
 
@@ -29,7 +26,9 @@ class ModelManagerDialog(QDialog):
     DEFAULT_SIZE = QSize(960, 560)
     _last_geometry: ClassVar[QByteArray | None] = None
 
-    def __init__(self, manager: ModelManager, parent: QWidget | None = None) -> None:
+    def __init__(self, manager: QWidget, parent: QWidget | None = None) -> None:
+        """``manager``: the model manager widget (typed as a widget: the manager module
+        imports this one, never the other way)."""
         super().__init__(parent)
         self.setObjectName("model-manager-dialog")
         self.setWindowTitle("Model manager")
@@ -47,7 +46,7 @@ class ModelManagerDialog(QDialog):
         self.resize(self.DEFAULT_SIZE)
         self._placed = False
 
-    def manager(self) -> ModelManager:
+    def manager(self) -> QWidget:
         return self._manager
 
     def showEvent(self, event: QShowEvent) -> None:

@@ -1,7 +1,7 @@
 """The model library's background scan: :class:`ScanJob` adds chosen files, then scans
-every folder, on a :class:`~app.session.jobs.JobThread` (the UI's one style of background
-work, as the session's engine thread: a Python thread whose callbacks emit signals queued
-to the GUI) with its own :class:`~app.storage.Database` connection (SQLite connections
+every folder, as a job of a :class:`~app.ui.background.BackgroundJobs` (the UI's one kind
+of background work: Qt's thread pool, the jobs emitting signals queued to the GUI) with
+its own :class:`~app.storage.Database` connection (SQLite connections
 belong to one thread); it reports through a :class:`ScanBridge` with a
 :class:`ScanOutcome`.
 """
@@ -30,7 +30,7 @@ class ScanOutcome:
 
 
 class ScanBridge(QObject):
-    """Lives on the GUI thread; the job thread emits through it (queued to the GUI)."""
+    """Lives on the GUI thread; the job's pool thread emits through it (queued to the GUI)."""
 
     progress = Signal(str)
     finished = Signal(object)  # ScanOutcome

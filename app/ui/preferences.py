@@ -49,7 +49,6 @@ from PySide6.QtWidgets import (
 
 from app.errors import LlamaDeskError
 from app.hub import config
-from app.session.jobs import JobThread
 from app.settings_schema import SAMPLING_FIELDS, format_bytes
 from app.storage.settings import (
     FONT_SIZE_MAX,
@@ -60,6 +59,7 @@ from app.storage.settings import (
     Theme,
     save_settings,
 )
+from app.ui.background import BackgroundJobs
 from app.ui.field_editors import make_editor, read_editor, tooltip, write_editor
 from app.ui.theme import THEME_LABELS, THEMES, colors
 
@@ -74,7 +74,7 @@ SAMPLING_EDITED: tuple[str, ...] = tuple(
 )
 
 # Token and disk work off the GUI thread; one thread for every dialog (it idles between).
-_jobs = JobThread("preferences")
+_jobs = BackgroundJobs("preferences")
 
 
 @dataclass(frozen=True)

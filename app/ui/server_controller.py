@@ -1,10 +1,12 @@
 """The API server inside the window: started and stopped on the window's own session.
 
-:class:`ServerController` lives on the GUI thread. ``start()`` returns at once: a helper
-thread builds the :class:`~app.server.service.ApiService` (it reads the API conversations'
-names from the database), binds the port and then serves (the HTTP server's own threads
-answer); the outcome comes back as a queued signal. ``stop()`` also hands the teardown
-(waiting for the listener to end, closing the API conversations) to a thread. Request
+:class:`ServerController` lives on the GUI thread. ``start()`` returns at once: a job on
+a pool thread (:class:`~app.ui.background.BackgroundJobs`, the UI's one kind of background
+work) builds the :class:`~app.server.service.ApiService` (it reads the API conversations'
+names from the database), binds the port and then serves until stopped (the HTTP server's
+own threads answer); the outcome comes back as a queued signal. ``stop()`` hands the
+teardown (waiting for the listener to end, closing the API conversations) to the pool's
+second thread. Request
 records arrive on request threads and are re-emitted through :attr:`logged`, which Qt
 queues to the GUI thread.
 
@@ -19,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from app.server.runner import SLOTS_FOLDER, listen_error
 from app.server.service import ApiService, RequestRecord
 from app.server.store import ConversationStore
 from app.session import LoadedModel, Session
+from app.ui.background import BackgroundJobs
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +63,7 @@ class ServerStatus:
 
 
 class _Running:
-    """What one start made (owned by the helper threads after the hand-over)."""
+    """What one start made (owned by the pool threads after the hand-over)."""
 
     def __init__(self, service: ApiService, store: ConversationStore, http: ApiServer) -> None:
         self.service = service
@@ -106,6 +108,8 @@ class ServerController(QObject):
         self._open: frozenset[int] = frozenset()
         self._running: _Running | None = None
         self._restart = False
+        # two threads: the one that serves (as long as the server runs) and a teardown
+        self._jobs = BackgroundJobs("api-server", threads=2)
         self.window_link: QObject | None = None  # install_server_menu's link to the window
         self.status = ServerStatus(
             ServerState.STOPPED, warning or "The server is stopped.", None, None
@@ -188,15 +192,14 @@ class ServerController(QObject):
         )
         model = self._model()
         self._set(ServerStatus(ServerState.STARTING, "Starting the server…"))
-        threading.Thread(
-            target=self._bind, args=(config, model), name="api-start", daemon=True
-        ).start()
+        self._jobs.submit(lambda: self._bind_and_serve(config, model))
 
     def _failed(self) -> bool:
         return self.status.state is ServerState.FAILED
 
-    def _bind(self, config: ServerConfig, model: LoadedModel | None) -> None:
-        """Helper thread: the service (a database read), the bind, then serving."""
+    def _bind_and_serve(self, config: ServerConfig, model: LoadedModel | None) -> None:
+        """On a pool thread: the service (a database read), the bind, then serving (until
+        the teardown shuts the listener down)."""
         try:
             store = ConversationStore(paths.database_path())
             service = ApiService(
@@ -280,7 +283,7 @@ class ServerController(QObject):
     def _teardown(self, running: _Running) -> None:
         self._running = None
 
-        def work() -> None:
+        def work() -> None:  # on a pool thread
             running.unsubscribe_log()
             running.http.shutdown()  # waits for serve_forever (one poll interval)
             running.http.server_close()
@@ -290,7 +293,7 @@ class ServerController(QObject):
             with contextlib.suppress(RuntimeError):
                 self._stopped.emit()
 
-        threading.Thread(target=work, name="api-stop", daemon=True).start()
+        self._jobs.submit(work)
 
     @Slot()
     def _on_stopped(self) -> None:

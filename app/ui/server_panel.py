@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, QTimer, Slot
 from PySide6.QtGui import QAction, QGuiApplication
@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
+    QMainWindow,
     QMenu,
     QPushButton,
     QSpinBox,
@@ -43,6 +44,9 @@ from app.ui.server_controller import (
     ServerStatus,
 )
 from app.ui.theme import colors
+
+if TYPE_CHECKING:
+    from app.ui.window_protocols import ServerWindow
 
 __all__ = ["LOG_COLUMNS", "ServerPanel", "install_server_menu", "lan_address"]
 
@@ -275,19 +279,22 @@ class ServerPanel(QDialog):
 class _WindowLink(QObject):
     """Keeps the controller in step with its window: the open tabs, the model, the close."""
 
-    def __init__(self, window: Any, controller: ServerController) -> None:
+    def __init__(
+        self, win: ServerWindow, window: QMainWindow, controller: ServerController
+    ) -> None:
         super().__init__(window)
+        self.win = win
         self.window = window
         self.controller = controller
         self.panel: ServerPanel | None = None
         # The window tells the controller when a tab opens or closes
         # (set_open_conversations); at start the controller learns the tabs open already.
         controller.statusChanged.connect(self._on_status)
-        window.worker.sessionEvent.connect(self._on_session_event)
+        win.worker.sessionEvent.connect(self._on_session_event)
 
     @Slot()
     def sync_tabs(self) -> None:
-        self.controller.set_open_conversations(tab.cid for tab in self.window.tabs())
+        self.controller.set_open_conversations(tab.cid for tab in self.win.tabs())
 
     @Slot(object)
     def _on_status(self, status: ServerStatus) -> None:
@@ -298,7 +305,7 @@ class _WindowLink(QObject):
     def _on_session_event(self, event: object) -> None:
         # Connected after the window's own slot, so window.model is already current.
         if isinstance(event, ev.ModelLoaded | ev.Reconfigured | ev.ModelUnloaded):
-            self.controller.attach_model(self.window.model)
+            self.controller.attach_model(self.win.model)
         elif isinstance(event, ev.ShutdownComplete):
             self.controller.stop()  # the window closed (a cancelled close changes nothing)
 
@@ -311,12 +318,13 @@ class _WindowLink(QObject):
         return self.panel
 
 
-def install_server_menu(window: Any) -> ServerController:
-    """Add the Server menu to ``window`` (a MainWindow) and return its controller. The
+def install_server_menu(win: ServerWindow, window: QMainWindow) -> ServerController:
+    """Add the Server menu to ``window`` (``win``: the same window, as what the server
+    uses of it) and return its controller. The
     server starts only if the user turned on "Start the server when LlamaDesk starts"
     (after the current event, so the window's tabs are restored first)."""
-    controller = ServerController(window.session, lambda: window.model, parent=window)
-    link = _WindowLink(window, controller)
+    controller = ServerController(win.session, lambda: win.model, parent=window)
+    link = _WindowLink(win, window, controller)
     controller.window_link = link  # kept with the controller (its parent is the window)
     bar = window.menuBar()
     menu = QMenu("Se&rver", bar)

@@ -29,9 +29,9 @@ from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QAbstractItemView, QLabel, QLineEdit, QMenu, QVBoxLayout, QWidget
 
 from app.errors import LlamaDeskError
-from app.session.jobs import JobThread
 from app.storage import Database
 from app.storage.export import ExportFormat
+from app.ui.background import BackgroundJobs
 from app.ui.export_import import ConversationTransfers, TransferOutcome
 from app.ui.sidebar_model import (
     PINNED,
@@ -138,7 +138,7 @@ class Sidebar(QWidget):
         self._stopped = False
         self._generation = 0
         self._searching_text = ""
-        self._jobs = JobThread("sidebar-search")
+        self._jobs = BackgroundJobs("sidebar-search")
         self._bridge = SearchBridge(self)
         self._bridge.found.connect(self._on_found)
         self._searcher = Searcher(db.path, db.read_only, self._bridge)

@@ -4,7 +4,8 @@ Search runs on a background thread: on a 10,000-message database a common word t
 ~18 ms (benchmarks/bench_search.py, "sidebar_search"), more than a frame. Typing is
 debounced, and the result of a search that is no longer the latest is dropped.
 
-:class:`Searcher` runs each query on the sidebar's job thread, on a connection of its own;
+:class:`Searcher` runs each query on the sidebar's pool thread (one, the same for every
+query: :class:`~app.ui.background.BackgroundJobs`), on a connection of its own;
 :class:`SearchBridge` queues its :class:`SearchResult` back to the GUI thread.
 """
 
@@ -37,7 +38,7 @@ class SearchBridge(QObject):
 
 
 class Searcher:
-    """Runs searches on the job thread, on its own connection (opened on first use, closed
+    """Runs searches on the pool thread, on its own connection (opened on first use, closed
     by :meth:`close`, both on that thread: SQLite connections stay in their thread)."""
 
     def __init__(self, path: Path, read_only: bool, bridge: SearchBridge) -> None:

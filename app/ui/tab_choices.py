@@ -19,13 +19,13 @@ from app.settings_schema import CONVERSATION_FIELDS
 from app.ui.field_editors import SpecComboBox, make_editor
 
 if TYPE_CHECKING:
-    from app.ui.chat_tab import ChatTab
+    from app.ui.tab_protocols import ChoicesTab
 
 
 class TabChoices:
     """``tab``'s "When full" (``policy``), "Thinking" (``thinking``), "Effort" (``effort``)."""
 
-    def __init__(self, tab: ChatTab) -> None:
+    def __init__(self, tab: ChoicesTab) -> None:
         self.tab = tab
         # "When full" is a conversation setting (its labels and help from the schema).
         self.policy_spec = CONVERSATION_FIELDS[POLICY_KEY]

@@ -8,7 +8,6 @@ from app.storage import Database
 
 if TYPE_CHECKING:
     from app.session import Session
-    from app.ui.chat_tab import ChatTab
     from app.ui.worker import EngineWorker
 
 
@@ -25,11 +24,15 @@ class TabHost(Protocol):
 
     def show_message(self, text: str, error: bool = True) -> None: ...
 
-    def fork_from(self, tab: ChatTab, message_id: int) -> None: ...
+    def fork_tab(self, conversation_id: int, message_id: int) -> None:
+        """A new tab with a fork of the conversation's tab, from ``message_id`` on."""
+        ...
 
     def conversation_changed(self, conversation_id: int) -> None: ...
 
-    def tab_state_changed(self, tab: ChatTab) -> None: ...
+    def tab_state_changed(self, conversation_id: int) -> None:
+        """The conversation's tab started or stopped generating."""
+        ...
 
     def context_policy(self) -> str: ...
 

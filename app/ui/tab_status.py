@@ -1,58 +1,95 @@
 """A chat tab's status line in words: its state, the context meter's text and tooltips.
 
-Pure functions of the tab's state and of its ``info`` (the session's figures for the
-conversation: tokens held, context size, room kept for the reply, restore outcomes).
+Pure functions of the tab's state (:class:`TabState`) and of its ``info`` (the session's
+figures for the conversation: tokens held, context size, room kept for the reply, restore
+outcomes). What an idle tab says about its cache is a :class:`CacheNote`; the state label's
+text and its tooltip both come from that note, never one from the other.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 # A restore refusal's reason is cut to this length (it would fill the status line).
 RESTORE_REASON_CHARS = 90
 
 
-def state_text(state: str, prompt: tuple[int, int], tok_s: float, info: dict[str, Any]) -> str:
-    """What the tab does (``state``: queued, prompt, generating or idle) in words."""
-    if state == "queued":
-        return "waiting…"
-    if state == "prompt":
-        done, total = prompt
-        percent = int(100 * done / total) if total else 0
-        return f"processing prompt {percent}%"
-    if state == "generating":
-        return f"generating at {tok_s:.1f} tok/s" if tok_s else "generating"
+class TabState(Enum):
+    """What a chat tab does."""
+
+    IDLE = "idle"
+    QUEUED = "queued"  # sent, waiting for the session to start the turn
+    PROMPT = "prompt"  # the prompt is being processed
+    GENERATING = "generating"  # the reply streams
+
+
+class CacheNote(Enum):
+    """What an idle tab says about its conversation's cache (from the session's figures)."""
+
+    NONE = "none"
+    ON_DISK = "on_disk"  # saved to disk, out of the context
+    RESTORED = "restored"  # read back from disk when the tab opened
+    PARKED = "parked"  # saved, waiting for room in the context
+    REREAD = "reread"  # the saved cache could not be used: the text is read again
+
+
+def cache_note(info: dict[str, Any]) -> CacheNote:
+    """The note of ``info`` (the first that applies, in this order)."""
     if info.get("on_disk"):
-        return "idle · saved to disk"
+        return CacheNote.ON_DISK
     if info.get("restored"):
-        return "idle · cache restored from disk"
+        return CacheNote.RESTORED
     if info.get("parked"):
-        # saved, waiting for room in the context: it comes back when this chat is used
-        return "idle · cache waiting for room (restored when you send)"
-    reason = info.get("restore_error")
-    if reason:
-        reason = str(reason).strip()
-        if len(reason) > RESTORE_REASON_CHARS:
-            reason = reason[: RESTORE_REASON_CHARS - 1].rstrip() + "…"
-        return f"idle · cache re-processed: {reason}"
+        return CacheNote.PARKED
+    if info.get("restore_error"):
+        return CacheNote.REREAD
+    return CacheNote.NONE
+
+
+def state_text(state: TabState, prompt: tuple[int, int], tok_s: float, info: dict[str, Any]) -> str:
+    """What the tab does in words (``prompt``: the prompt's tokens done and in all)."""
+    match state:
+        case TabState.QUEUED:
+            return "waiting…"
+        case TabState.PROMPT:
+            done, total = prompt
+            percent = int(100 * done / total) if total else 0
+            return f"processing prompt {percent}%"
+        case TabState.GENERATING:
+            return f"generating at {tok_s:.1f} tok/s" if tok_s else "generating"
+    match cache_note(info):
+        case CacheNote.ON_DISK:
+            return "idle · saved to disk"
+        case CacheNote.RESTORED:
+            return "idle · cache restored from disk"
+        case CacheNote.PARKED:
+            # saved, waiting for room in the context: it comes back when this chat is used
+            return "idle · cache waiting for room (restored when you send)"
+        case CacheNote.REREAD:
+            reason = str(info.get("restore_error")).strip()
+            if len(reason) > RESTORE_REASON_CHARS:
+                reason = reason[: RESTORE_REASON_CHARS - 1].rstrip() + "…"
+            return f"idle · cache re-processed: {reason}"
     return "idle"
 
 
-def state_tip(info: dict[str, Any], text: str) -> str:
-    """The state label's tooltip for its ``text`` (why the cache is re-read or waits)."""
-    reason = info.get("restore_error")
-    parked = info.get("parked")
-    if reason and "re-processed" in text:
-        return (
-            "The saved cache of this conversation could not be used, so its text is read "
-            f"again (information, nothing is lost): {reason}"
-        )
-    if parked and "waiting for room" in text:
-        return (
-            "This conversation's cache is saved on disk; the context is busy with other "
-            f"chats, so it is restored when you next send here: {parked}"
-        )
+def state_tip(state: TabState, info: dict[str, Any]) -> str:
+    """The state label's tooltip (why the cache is read again or waits; else none)."""
+    if state is not TabState.IDLE:
+        return ""
+    match cache_note(info):
+        case CacheNote.REREAD:
+            return (
+                "The saved cache of this conversation could not be used, so its text is read "
+                f"again (information, nothing is lost): {info.get('restore_error')}"
+            )
+        case CacheNote.PARKED:
+            return (
+                "This conversation's cache is saved on disk; the context is busy with other "
+                f"chats, so it is restored when you next send here: {info.get('parked')}"
+            )
     return ""
 
 

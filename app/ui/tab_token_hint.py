@@ -12,7 +12,7 @@ from shiboken6 import isValid
 from app.engine.errors import context_advice
 
 if TYPE_CHECKING:
-    from app.ui.chat_tab import ChatTab
+    from app.ui.tab_protocols import HintTab
 
 # Messages from this length on show their token count before they are sent.
 TOKEN_HINT_MIN_CHARS = 400
@@ -22,7 +22,7 @@ TOKEN_COUNT_DELAY_MS = 350
 class TokenHint:
     """The token count of ``tab``'s composer text (its label: ``label``)."""
 
-    def __init__(self, tab: ChatTab) -> None:
+    def __init__(self, tab: HintTab) -> None:
         self.tab = tab
         self.label = QLabel()
         self.label.setObjectName("token-hint")
@@ -30,7 +30,7 @@ class TokenHint:
         self.label.setContentsMargins(8, 2, 8, 0)
         self.label.setVisible(False)
         self._serial = 0
-        self._timer = QTimer(tab)
+        self._timer = QTimer(self.label)  # the label is the tab's: it goes with it
         self._timer.setSingleShot(True)
         self._timer.setInterval(TOKEN_COUNT_DELAY_MS)
         self._timer.timeout.connect(self._count)
@@ -55,7 +55,7 @@ class TokenHint:
 
     def _show(self, serial: int, result: object) -> None:
         tab = self.tab
-        if not isValid(tab) or serial != self._serial or not isinstance(result, int):
+        if not isValid(self.label) or serial != self._serial or not isinstance(result, int):
             return
         n_ctx = int(tab.info.get("n_ctx", 0))
         reserve = int(tab.info.get("n_reserved", 0))

@@ -17,15 +17,16 @@ from app.session import FinishReason, RestoreOutcome, TurnResult, reasoning_opti
 from app.session import events as ev
 from app.ui.chat_messages import chat_messages, message_data
 from app.ui.tab_reply import reply_end
+from app.ui.tab_status import TabState
 
 if TYPE_CHECKING:
-    from app.ui.chat_tab import ChatTab
+    from app.ui.tab_protocols import TurnTab
 
 
 class TabTurn:
     """The turns of ``tab`` (see the module docstring)."""
 
-    def __init__(self, tab: ChatTab) -> None:
+    def __init__(self, tab: TurnTab) -> None:
         self.tab = tab
 
     def generate(self, parent_id: int) -> None:
@@ -39,16 +40,16 @@ class TabTurn:
             tab.notify(str(exc))
             return
         history = chat_messages(tab.branch[:-1])
-        tab._show_branch()
+        tab.show_branch()
         last = tab.view.last()
         if last is not None:
             last.set_streaming(True)
         tab.view.set_actions_enabled(False)
         tab.reply_id = reply.id
         tab.reply.reset(submitted_at=time.perf_counter())
-        self._set_generating(True)
-        tab._state = "queued"
-        tab._update_status()
+        tab.set_generating(True)
+        tab.state = TabState.QUEUED
+        tab.update_status()
         sampling = tab.conversation.sampling
         try:
             params = SamplingParams.from_dict(sampling)
@@ -64,14 +65,6 @@ class TabTurn:
             reasoning_options(sampling),
             reply_id=reply.id,  # the session saves it as it streams
         )
-
-    def _set_generating(self, generating: bool) -> None:
-        tab = self.tab
-        tab.generating = generating
-        tab.send_button.setVisible(not generating)
-        tab.stop_button.setVisible(generating)
-        tab.titleChanged.emit()
-        tab.host.tab_state_changed(tab)
 
     # this conversation's session events (on the GUI thread)
 
@@ -122,18 +115,18 @@ class TabTurn:
 
     def on_started(self, n_to_process: int) -> None:
         tab = self.tab
-        if tab._turns_since_open >= 1:  # what happened at restore is old news now
+        if tab.turns_since_open >= 1:  # what happened at restore is old news now
             tab.info.pop("restored", None)
             tab.info.pop("parked", None)
             tab.info.pop("restore_error", None)
-        tab._state = "prompt"
-        tab._prompt = (0, n_to_process)
-        tab._update_status()
+        tab.state = TabState.PROMPT
+        tab.prompt_progress = (0, n_to_process)
+        tab.update_status()
 
     def on_progress(self, done: int, total: int) -> None:
-        self.tab._state = "prompt"
-        self.tab._prompt = (done, total)
-        self.tab._update_status()
+        self.tab.state = TabState.PROMPT
+        self.tab.prompt_progress = (done, total)
+        self.tab.update_status()
 
     def on_reasoning(self, text: str, n_tokens: int, sampled_at: float) -> None:
         """Streamed reasoning (it comes before the answer)."""
@@ -149,8 +142,8 @@ class TabTurn:
         tab = self.tab
         if not tab.generating:
             return False
-        if tab._state != "generating":
-            tab._state = "generating"
+        if tab.state is not TabState.GENERATING:
+            tab.state = TabState.GENERATING
             tab.reply.start()
         return True
 
@@ -168,7 +161,7 @@ class TabTurn:
     def on_finished(self, result: TurnResult) -> None:
         tab = self.tab
         tab.last_completion = result
-        tab._turns_since_open += 1
+        tab.turns_since_open += 1
         if tab.reply_id is None:
             return
         end = reply_end(result, tab.reply)
@@ -211,8 +204,8 @@ class TabTurn:
         tab.reply.parts = []
         tab.reply.reasoning_parts = []
         tab.reply.settled()
-        self._set_generating(False)
-        tab._state = "idle"
+        tab.set_generating(False)
+        tab.state = TabState.IDLE
         if reply_id is not None:
             try:
                 tab.db.delete_branch(reply_id)
@@ -220,7 +213,7 @@ class TabTurn:
                 tab.notify(str(exc))
         tab.load_thread()
         tab.view.set_actions_enabled(True)
-        tab._update_status()
+        tab.update_status()
         tab.reload_conversation()
         tab.host.conversation_changed(tab.cid)
 
@@ -231,8 +224,8 @@ class TabTurn:
         if figures.get("reasoning"):
             tab.reply.reasoning_parts = [figures["reasoning"]]
         tab.reply.settled()
-        self._set_generating(False)
-        tab._state = "idle"
+        tab.set_generating(False)
+        tab.state = TabState.IDLE
         if reply_id is None:
             return
         try:
@@ -247,7 +240,7 @@ class TabTurn:
             widget.set_streaming(False)
             widget.update_data(message_data(tab.db, message))
         tab.view.set_actions_enabled(True)
-        tab._update_status()
+        tab.update_status()
         tab.reload_conversation()
         tab.host.conversation_changed(tab.cid)
 

@@ -13,7 +13,7 @@ from app import paths
 from app.settings_schema import format_bytes
 
 if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
+    from app.ui.window_protocols import WelcomeActions
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +30,8 @@ DEMO_PROMPTS = (
 class WelcomePage(QWidget):
     """What the tab area shows with no tab open: how to start, or how to add a model."""
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
+    def __init__(self, window: WelcomeActions, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
         layout = QVBoxLayout(self)
         layout.addStretch(1)
         self.title = QLabel()
@@ -87,7 +87,7 @@ class WelcomePage(QWidget):
         self.prompts.setVisible(False)
         layout.addSpacing(8)
         layout.addWidget(self.prompts)
-        self.catalog = CatalogList(window)
+        self.catalog = CatalogList(window, self)
         catalog_row = QHBoxLayout()
         catalog_row.addStretch(1)
         catalog_row.addWidget(self.catalog)
@@ -122,8 +122,8 @@ class CatalogList(QFrame):
     """First start: the bundled demo model and a short curated list (resources/catalog.json),
     each with a button; downloads go through the window's one queue (shown in Discover)."""
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
+    def __init__(self, window: WelcomeActions, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
         self.setObjectName("welcome-catalog")
         # Between two stretches the frame would shrink to its narrowest, and word-wrapped
         # labels that narrow are cut off: give the list a reading width.

@@ -9,7 +9,7 @@ from app.errors import LlamaDeskError
 from app.ui.export_import import TransferOutcome
 
 if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
+    from app.ui.window_protocols import ConversationsWindow
 
 DELETE_BATCH_S = 1.0  # deletes this close together are one Undo
 PURGE_AFTER_S = 7 * 86400  # deleted conversations are purged for good after a week
@@ -18,7 +18,7 @@ PURGE_AFTER_S = 7 * 86400  # deleted conversations are purged for good after a w
 class WindowConversations:
     """What the sidebar asks of ``win`` about its conversations."""
 
-    def __init__(self, win: MainWindow) -> None:
+    def __init__(self, win: ConversationsWindow) -> None:
         self.win = win
         self._undo_ids: list[int] = []
         self._last_delete_at = 0.0
@@ -42,7 +42,7 @@ class WindowConversations:
             win.db.rename(conversation_id, title)
         except LlamaDeskError as exc:
             win.show_message(str(exc))
-        tab = win._tabs.get(conversation_id)
+        tab = win.tab_for(conversation_id)
         if tab is not None:
             tab.reload_conversation()
         win.sidebar.schedule_refresh()
@@ -62,21 +62,12 @@ class WindowConversations:
         except LlamaDeskError as exc:
             win.show_message(str(exc))
             return
-        tab = win._tabs.get(conversation_id)
+        tab = win.tab_for(conversation_id)
         if tab is not None:
-            tab.branch = tab.branch or []  # keep the conversation even if empty
-            index = win.tab_widget.indexOf(tab)
-            if tab.generating:
-                win.session.stop(tab.cid)
-                tab.finish_for_shutdown()
-            win.session.close(tab.cid, save=True)
-            win.worker.release(tab.cid)
-            win._tabs.pop(conversation_id, None)
-            win.server.set_open_conversations(win._tabs)
-            win.tab_widget.removeTab(index)
-            tab.deleteLater()
-            win._update_stack()
-            win._save_tabs_timer.start()
+            # not close_tab: that deletes an empty conversation for good (no Undo)
+            win.remove_tab(tab)
+            win.update_stack()
+            win.schedule_save_tabs()
         try:
             win.db.delete_conversation(conversation_id)
         except LlamaDeskError as exc:
@@ -113,7 +104,7 @@ class WindowConversations:
     def show_match(self, conversation_id: int, message_id: int) -> None:
         """A search result was opened: show its message, switching to its branch if needed."""
         win = self.win
-        tab = win._tabs.get(conversation_id)
+        tab = win.tab_for(conversation_id)
         if tab is None:
             return
         if tab.view.widget_for(message_id) is None and not tab.generating:

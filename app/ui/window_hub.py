@@ -6,18 +6,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from PySide6.QtWidgets import QMainWindow
+
 if TYPE_CHECKING:
     from app.hub.catalog import CatalogModel
     from app.ui.discover import DiscoverDialog
     from app.ui.downloads_dialog import DownloadsDialog
-    from app.ui.main_window import MainWindow
+    from app.ui.window_protocols import HubWindow
 
 
 class WindowHub:
-    """Discover and the downloads of ``win`` (each dialog made on first use)."""
+    """Discover and the downloads of ``win`` (each dialog made on first use, a child of
+    ``window``)."""
 
-    def __init__(self, win: MainWindow) -> None:
+    def __init__(self, win: HubWindow, window: QMainWindow) -> None:
         self.win = win
+        self.window = window
         self._discover: DiscoverDialog | None = None
         self._downloads_dialog: DownloadsDialog | None = None
 
@@ -26,7 +30,9 @@ class WindowHub:
             from app.ui.discover import DiscoverDialog
 
             win = self.win
-            self._discover = DiscoverDialog(win.downloads, win, win.current_context_settings)
+            self._discover = DiscoverDialog(
+                win.downloads, self.window, win.current_context_settings
+            )
         return self._discover
 
     def show_discover(self) -> None:
@@ -46,7 +52,7 @@ class WindowHub:
         if self._downloads_dialog is None:
             from app.ui.downloads_dialog import DownloadsDialog
 
-            self._downloads_dialog = DownloadsDialog(self.win.downloads, self.win)
+            self._downloads_dialog = DownloadsDialog(self.win.downloads, self.window)
             self._downloads_dialog.discoverRequested.connect(self.win.show_discover)
         return self._downloads_dialog
 

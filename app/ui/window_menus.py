@@ -6,36 +6,38 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
-from PySide6.QtWidgets import QDialog
+from PySide6.QtWidgets import QDialog, QMainWindow
 
 from app.storage.export import ExportFormat
 from app.ui.theme import THEME_LABELS, THEMES
 
 if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
+    from app.ui.window_protocols import MenusWindow
 
 
 class WindowMenus:
-    """The menus of ``win`` (its actions are the window's, so their shortcuts work in it)."""
+    """The menus of ``win`` (its actions are added to ``window``, so their shortcuts work
+    in it)."""
 
-    def __init__(self, win: MainWindow) -> None:
+    def __init__(self, win: MenusWindow, window: QMainWindow) -> None:
         self.win = win
+        self.window = window
         self._help_dialog: QDialog | None = None
         self.theme_actions: dict[str, QAction] = {}
 
     def action(self, text: str, slot: Any, shortcut: Any = None, name: str = "") -> QAction:
-        action = QAction(text, self.win)
+        action = QAction(text, self.window)
         if shortcut is not None:
             action.setShortcut(QKeySequence(shortcut))
             action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
         action.triggered.connect(slot)
         action.setObjectName(name)
-        self.win.addAction(action)
+        self.window.addAction(action)
         return action
 
     def build(self) -> None:
         win, act = self.win, self.action
-        menu = win.menuBar()
+        menu = self.window.menuBar()
         chat = menu.addMenu("&Chat")
         chat.addAction(act("New chat", win.new_tab, "Ctrl+T", "new-tab"))
         chat.addAction(act("Close tab", win.close_current_tab, "Ctrl+W", "close-tab"))
@@ -73,17 +75,17 @@ class WindowMenus:
         settings.addAction(act("Context settings…", win.open_settings, "Ctrl+,", "settings"))
         settings.addAction(act("Preferences…", win.open_preferences, None, "preferences"))
         view = menu.addMenu("&View")
-        toggle = act("Conversation list", win.status_ui.toggle_sidebar, "Ctrl+B", "sidebar")
+        toggle = act("Conversation list", win.toggle_sidebar, "Ctrl+B", "sidebar")
         toggle.setCheckable(True)
         toggle.setChecked(True)
         view.addAction(toggle)
         self.sidebar_action = toggle
         themes = view.addMenu("&Theme")
         themes.setObjectName("theme-menu")
-        group = QActionGroup(win)
+        group = QActionGroup(self.window)
         group.setExclusive(True)
         for name in THEMES:
-            action = QAction(f"{THEME_LABELS[name]}", win)
+            action = QAction(f"{THEME_LABELS[name]}", self.window)
             action.setObjectName(f"theme-{name}")
             action.setCheckable(True)
             action.setChecked(name == win.app_settings.theme)
@@ -106,13 +108,13 @@ class WindowMenus:
         from app.ui.help_dialogs import ShortcutsDialog, action_shortcuts, composer_shortcuts
 
         win = self.win
-        rows = action_shortcuts(win.actions()) + list(composer_shortcuts(win.enter_sends()))
-        return self._open_help(ShortcutsDialog(rows, win))
+        rows = action_shortcuts(self.window.actions()) + list(composer_shortcuts(win.enter_sends()))
+        return self._open_help(ShortcutsDialog(rows, self.window))
 
     def show_about(self) -> QDialog:
         from app.ui.help_dialogs import AboutDialog
 
-        return self._open_help(AboutDialog(self.win))
+        return self._open_help(AboutDialog(self.window))
 
     def _open_help(self, dialog: QDialog) -> QDialog:
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)

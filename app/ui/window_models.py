@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import QFileDialog, QFrame, QHBoxLayout, QLabel, QToolBar, QToolButton
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QToolBar,
+    QToolButton,
+)
 
 from app import paths
 from app.engine import ContextSettings
@@ -18,17 +26,20 @@ from app.session import ContextFullPolicy, LoadedModel
 from app.ui.model_picker import ModelPicker
 
 if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
-    from app.ui.model_manager import ModelManager, ModelManagerDialog
+    from app.ui.model_manager import ModelManager
+    from app.ui.model_manager_dialog import ModelManagerDialog
+    from app.ui.window_protocols import ModelsWindow
 
 log = logging.getLogger(__name__)
 
 
 class WindowModels:
-    """Which model ``win`` has loaded (or is loading), and the ways to choose one."""
+    """Which model ``win`` has loaded (or is loading), and the ways to choose one
+    (``window``: the window as the parent of its dialogs, the holder of its toolbar)."""
 
-    def __init__(self, win: MainWindow) -> None:
+    def __init__(self, win: ModelsWindow, window: QMainWindow) -> None:
         self.win = win
+        self.window = window
         self.loading_path: str | None = None
         self._model_manager: ModelManager | None = None
         self.models_dialog: ModelManagerDialog | None = None
@@ -66,7 +77,7 @@ class WindowModels:
         toolbar.setObjectName("model-toolbar")
         toolbar.setMovable(False)
         toolbar.addWidget(self.model_picker)
-        win.addToolBar(Qt.ToolBarArea.TopToolBarArea, toolbar)
+        self.window.addToolBar(Qt.ToolBarArea.TopToolBarArea, toolbar)
         return self.model_picker
 
     def demo_loaded(self) -> bool:
@@ -77,12 +88,12 @@ class WindowModels:
         win = self.win
         if self.loading_path is not None:
             return
-        for tab in win._tabs.values():
+        for tab in win.tabs():
             if tab.generating:
                 win.session.stop(tab.cid)
         self.loading_path = path
-        win.status_ui.load_bar.setValue(0)
-        win.status_ui.show_loading(True)
+        win.load_bar.setValue(0)
+        win.show_loading(True)
         win.model_label.setText(f"Loading {Path(path).name}…")
         if self._model_manager is not None:
             self._model_manager.set_loading(path, 0.0)
@@ -91,11 +102,11 @@ class WindowModels:
             ContextSettings.from_dict(dict(win.app_settings.context)),
             ContextFullPolicy.parse(win.context_policy()) or ContextFullPolicy.SHIFT,
         )
-        win._update_stack()
+        win.update_stack()
 
     def unload_model(self) -> None:
         win = self.win
-        for tab in win._tabs.values():
+        for tab in win.tabs():
             if tab.generating:
                 win.session.stop(tab.cid)
         win.session.unload_model()
@@ -108,7 +119,7 @@ class WindowModels:
     def choose_model_file(self) -> None:
         from app.ui.model_manager import start_folder
 
-        dialog = QFileDialog(self.win, "Choose a GGUF model file", str(start_folder()))
+        dialog = QFileDialog(self.window, "Choose a GGUF model file", str(start_folder()))
         dialog.setNameFilter("GGUF models (*.gguf);;All files (*)")
         dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
         dialog.fileSelected.connect(self.model_file_chosen)
@@ -134,7 +145,8 @@ class WindowModels:
         win = self.win
         if self._model_manager is None:
             try:
-                from app.ui.model_manager import ModelManager, ModelManagerDialog
+                from app.ui.model_manager import ModelManager
+                from app.ui.model_manager_dialog import ModelManagerDialog
             except ImportError as exc:
                 log.warning("model manager unavailable: %s", exc)
                 return None
@@ -145,8 +157,8 @@ class WindowModels:
             manager.scanFinished.connect(self.sync_picker)
             manager.set_loaded(win.model_path())
             if self.loading_path:
-                manager.set_loading(self.loading_path, win.status_ui.load_bar.value() / 1000)
-            self.models_dialog = ModelManagerDialog(manager, win)
+                manager.set_loading(self.loading_path, win.load_bar.value() / 1000)
+            self.models_dialog = ModelManagerDialog(manager, self.window)
             self._model_manager = manager
         return self._model_manager
 
@@ -166,7 +178,7 @@ class WindowModels:
             win.show_message("The model library cannot be changed (it is open read-only).")
             return
         manager.add_files(files)
-        win.statusBar().showMessage(
+        self.window.statusBar().showMessage(
             "Added to the library: " + ", ".join(Path(f).name for f in files), 5000
         )
 
@@ -187,16 +199,16 @@ class WindowModels:
         win = self.win
         win.model = model
         self.loading_path = None
-        win.status_ui.show_loading(False)
+        win.show_loading(False)
         path = model.path
         win.app_settings.last_model_path = path
-        win.settings_ui.save_settings()
+        win.save_app_settings()
         if not win.read_only:
             try:
                 win.db.mark_used(path)
             except LlamaDeskError:
                 pass
-        win.status_ui.update_model_labels()
+        win.update_model_labels()
         support = win.reasoning_support()
         for tab in win.tabs():  # the session bound every open conversation again
             tab.view.set_placeholder("Say hello: type a message below and press Enter.")
@@ -208,37 +220,37 @@ class WindowModels:
         if panel is not None:
             panel.set_loaded_model(model)
             panel.set_settings(win.current_context_settings())
-            panel.set_presets(win.settings_ui.presets())
-        win._update_stack()
+            panel.set_presets(win.presets())
+        win.update_stack()
 
     def on_model_unloaded(self) -> None:
         win = self.win
         win.model = None
-        for tab in win._tabs.values():
+        for tab in win.tabs():
             tab.on_info({"n_tokens": 0, "n_ctx": 0, "resident": False})
             tab.set_reasoning_support(False, False)
             if tab.generating:
                 tab.finish_for_shutdown()
-        win.status_ui.update_model_labels()
+        win.update_model_labels()
         if self._model_manager is not None:
             self._model_manager.set_loaded(None)
         panel = win.settings_panel()
         if panel is not None:
             panel.set_loaded_model(None)
-        win._update_stack()
+        win.update_stack()
 
     def on_load_progress(self, fraction: float) -> None:
-        self.win.status_ui.load_bar.setValue(int(fraction * 1000))
+        self.win.load_bar.setValue(int(fraction * 1000))
         if self._model_manager is not None and self.loading_path:
             self._model_manager.set_loading(self.loading_path, fraction)
 
     def on_load_failed(self, path: str, message: str) -> None:
         win = self.win
         self.loading_path = None
-        win.status_ui.show_loading(False)
-        win.status_ui.update_model_labels()
+        win.show_loading(False)
+        win.update_model_labels()
         win.show_message(message)
         if self._model_manager is not None:
             self._model_manager.set_loading(None, 0.0)
             self._model_manager.show_error(path, message)
-        win._update_stack()
+        win.update_stack()

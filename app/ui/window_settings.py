@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QMainWindow
 
 from app.engine import ContextSettings, ModelInfo
 from app.errors import LlamaDeskError
@@ -15,16 +16,18 @@ from app.storage import save_settings
 from app.ui.theme import THEMES, apply_theme, current_theme
 
 if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
     from app.ui.preferences import PreferencesDialog
     from app.ui.settings_panel import SettingsPanel
+    from app.ui.window_protocols import SettingsWindow
 
 
 class WindowSettings:
-    """The settings dialogs of ``win`` and what applying them changes."""
+    """The settings dialogs of ``win`` and what applying them changes (``window``: the
+    window as their parent, and its status bar)."""
 
-    def __init__(self, win: MainWindow) -> None:
+    def __init__(self, win: SettingsWindow, window: QMainWindow) -> None:
         self.win = win
+        self.window = window
         self.panel: SettingsPanel | None = None
         self.preferences: PreferencesDialog | None = None
         self._pending_settings: ContextSettings | None = None
@@ -74,7 +77,7 @@ class WindowSettings:
             self.current_context_settings(),
             self.model_info(),
             self.presets(),
-            win,
+            self.window,
             loaded=win.model,
         )
         panel.set_generating(win.any_generating())
@@ -110,7 +113,7 @@ class WindowSettings:
             self._pending_settings = settings
             self._pending_deadline = time.monotonic() + 10.0
             win.session.stop(None)
-            QTimer.singleShot(50, self.win, self.apply_when_idle)
+            QTimer.singleShot(50, self.window, self.apply_when_idle)
             return
         if panel is not None:
             panel.set_applying(True, "Saving the tabs' caches and rebuilding the context…")
@@ -122,7 +125,7 @@ class WindowSettings:
             return
         if self.win.any_generating():
             if time.monotonic() < self._pending_deadline:
-                QTimer.singleShot(50, self.win, self.apply_when_idle)
+                QTimer.singleShot(50, self.window, self.apply_when_idle)
                 return
             self._pending_settings = None
             if self.panel is not None:
@@ -138,11 +141,11 @@ class WindowSettings:
         win.model = model
         win.app_settings.context = model.settings.to_dict()
         self.save_settings()
-        win.status_ui.update_model_labels()
+        win.update_model_labels()
         panel = self.panel
         if panel is not None:
             panel.show_applied(model)
-        win.statusBar().showMessage("Context settings applied; every tab was kept.", 5000)
+        self.window.statusBar().showMessage("Context settings applied; every tab was kept.", 5000)
 
     def on_reconfigure_failed(self, message: str) -> None:
         panel = self.panel
@@ -188,7 +191,7 @@ class WindowSettings:
 
         win = self.win
         dialog = open_preferences(
-            win, win.app_settings, self.apply_preferences, state_usage=win.store.total_bytes
+            self.window, win.app_settings, self.apply_preferences, state_usage=win.store.total_bytes
         )
         dialog.finished.connect(self.on_preferences_closed)
         self.preferences = dialog
@@ -216,7 +219,7 @@ class WindowSettings:
         if "send_with_enter" in changed:
             for tab in win.tabs():
                 tab.composer.set_enter_sends(new.send_with_enter)
-            win.tabs_ui.sync_send()
+            win.sync_send()
         if "state_quota_bytes" in changed:
             win.store.quota_bytes = new.state_quota_bytes  # applies at the next save
 

@@ -8,12 +8,11 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QTimer
 from PySide6.QtGui import QCloseEvent
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QMainWindow, QMessageBox
 
 if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
+    from app.ui.window_protocols import ShutdownWindow
 
 log = logging.getLogger(__name__)
 
@@ -21,10 +20,12 @@ SHUTDOWN_TIMEOUT_MS = 1500  # the worker gets this long to save the tabs' states
 
 
 class WindowShutdown:
-    """How ``win`` closes: once, saving everything, even if the engine does not answer."""
+    """How ``win`` closes: once, saving everything, even if the engine does not answer
+    (``window``: the window as a widget, the parent of the question, what is closed)."""
 
-    def __init__(self, win: MainWindow) -> None:
+    def __init__(self, win: ShutdownWindow, window: QMainWindow) -> None:
         self.win = win
+        self.window = window
         self.closing = False
         self.shut_down = False
         self._quit_confirmed = False
@@ -33,20 +34,20 @@ class WindowShutdown:
     def request_quit(self) -> None:
         """Quit (the menu, Ctrl+Q): asks first while replies are being written."""
         if self.confirm_quit():
-            self.win.close()
+            self.window.close()
 
     def confirm_quit(self) -> bool:
         """True when closing may go on now; else a question is asked (window-modal, the
         event loop keeps running) and a "Quit" answer closes the window."""
         win = self.win
-        writing = [t for t in win._tabs.values() if t.generating]
+        writing = [t for t in win.tabs() if t.generating]
         if not writing or self._quit_confirmed or self.closing:
             return True
         if self._quit_box is not None:
             self._quit_box.raise_()
             return False
         n = len(writing)
-        box = QMessageBox(win)
+        box = QMessageBox(self.window)
         box.setObjectName("quit-confirm")
         box.setIcon(QMessageBox.Icon.Question)
         box.setWindowTitle("Quit LlamaDesk?")
@@ -68,7 +69,7 @@ class WindowShutdown:
             self._quit_box = None
             if box.clickedButton() is quit_button:
                 self._quit_confirmed = True
-                win.close()
+                self.window.close()
             box.deleteLater()
 
         box.finished.connect(answered)
@@ -76,20 +77,22 @@ class WindowShutdown:
         box.open()
         return False
 
-    def close_event(self, event: QCloseEvent) -> None:
+    def close_event(self, event: QCloseEvent) -> bool:
+        """True when the close started now: the window then calls :meth:`on_shutdown_done`
+        when the session has shut down, or after SHUTDOWN_TIMEOUT_MS at the latest."""
         win = self.win
         if self.shut_down:
             event.accept()
-            return
+            return False
         event.ignore()
         # The window's close button asks while replies are written (as Quit does); a
         # programmatic close (the session ending, tests) does not.
         if event.spontaneous() and not self.confirm_quit():
-            return
+            return False
         if self.closing:
-            return
+            return False
         self.closing = True
-        win._flush_timer.stop()
+        win.stop_flushing()
         win.session.cancel_load()  # a model still loading is given up, not waited for
         win.session.stop(None)
         for tab in win.tabs():
@@ -97,22 +100,26 @@ class WindowShutdown:
             tab.finish_for_shutdown()
         win.save_tabs()
         win.app_settings.window_geometry = base64.b64encode(
-            bytes(win.saveGeometry().data())
+            bytes(self.window.saveGeometry().data())
         ).decode()
-        win.app_settings.window_state = base64.b64encode(bytes(win.saveState().data())).decode()
-        win.settings_ui.save_settings()
+        win.app_settings.window_state = base64.b64encode(
+            bytes(self.window.saveState().data())
+        ).decode()
+        win.save_app_settings()
         self._shutdown_started = time.monotonic()
         win.server.stop()  # no request reaches a session that is shutting down
         win.worker.shutdown()
-        QTimer.singleShot(SHUTDOWN_TIMEOUT_MS, win._on_shutdown_done)
+        return True
 
-    def on_shutdown_done(self) -> None:
+    def on_shutdown_done(self) -> bool:
+        """Free what is left and close the window; True the first time (the window then
+        says it has shut down)."""
         win = self.win
         if self.shut_down:
-            return
+            return False
         self.shut_down = True
-        win._flush_timer.stop()
-        win._save_tabs_timer.stop()
+        win.stop_flushing()
+        win.cancel_save_tabs()
         win.sidebar.stop_refreshing()
         win.sidebar.transfers.wait_idle(10_000)  # an export under way is finished
         win.downloads.close(0.5)  # a running download is paused, its partial file kept
@@ -123,5 +130,5 @@ class WindowShutdown:
             panel.close()
         if win.models_dialog is not None:
             win.models_dialog.close()
-        win.close()
-        win.shutDown.emit()
+        self.window.close()
+        return True

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtWidgets import QLabel, QProgressBar, QToolButton
+from PySide6.QtWidgets import QLabel, QMainWindow, QProgressBar, QToolButton
 
 from app.session import events as ev
 from app.settings_schema import format_bytes
 
 if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
+    from app.ui.window_protocols import StatusWindow
 
 # Below this width the conversation list hides (the "Chats" button brings it back) and
 # the status texts shorten.
@@ -18,17 +18,19 @@ NARROW_WIDTH = 800
 
 
 class WindowStatus:
-    """The status bar of ``win``, and how the window follows its width."""
+    """The status bar of ``win``, and how the window follows its width (``window``: the
+    window as a widget, its status bar and its width)."""
 
-    def __init__(self, win: MainWindow) -> None:
+    def __init__(self, win: StatusWindow, window: QMainWindow) -> None:
         self.win = win
+        self.window = window
         self.narrow = False
         self._sidebar_auto_hidden = False
 
     def build(self) -> None:
         win = self.win
         # status bar: model, memory, speed, load progress
-        bar = win.statusBar()
+        bar = self.window.statusBar()
         self.model_label = QLabel("No model loaded")
         self.model_label.setObjectName("status-model")
         self.memory_label = QLabel()
@@ -106,9 +108,9 @@ class WindowStatus:
 
     def on_busy_message(self, message: str) -> None:
         if message:
-            self.win.statusBar().showMessage(message)
+            self.window.statusBar().showMessage(message)
         else:
-            self.win.statusBar().clearMessage()
+            self.window.statusBar().clearMessage()
 
     # ---------------------------------------------------------------- narrow window
 
@@ -123,7 +125,7 @@ class WindowStatus:
         win.sidebar_action.setChecked(visible)
 
     def is_narrow(self) -> bool:
-        return self.win.width() < NARROW_WIDTH
+        return self.window.width() < NARROW_WIDTH
 
     def on_resized(self) -> None:
         narrow = self.is_narrow()
@@ -136,5 +138,5 @@ class WindowStatus:
                 self.set_sidebar_visible(True)
                 self._sidebar_auto_hidden = False
             self.update_model_labels()
-            for tab in self.win._tabs.values():
+            for tab in self.win.tabs():
                 tab.set_compact(narrow)

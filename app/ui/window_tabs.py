@@ -1,11 +1,22 @@
-"""The main window's chat tabs: the tab bar and its menus, opening, closing, forking, saving."""
+"""The main window's chat tabs: the tab bar and its menus, opening, closing, forking, saving.
+
+The open tabs are this helper's (:attr:`WindowTabs.by_id`); the window asks it for them.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QPoint, Qt
-from PySide6.QtWidgets import QHBoxLayout, QInputDialog, QMenu, QTabWidget, QToolButton, QWidget
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QInputDialog,
+    QMainWindow,
+    QMenu,
+    QTabWidget,
+    QToolButton,
+    QWidget,
+)
 
 from app.errors import LlamaDeskError
 from app.storage import Tab
@@ -14,7 +25,7 @@ from app.ui.chat_tab import ChatTab, chat_messages
 from app.ui.window_conversations import PURGE_AFTER_S
 
 if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
+    from app.ui.window_protocols import TabsWindow
 
 TAB_TITLE_CHARS = 24
 FORK_SUFFIX = " (fork)"
@@ -31,10 +42,13 @@ def tab_label(title: str, limit: int = TAB_TITLE_CHARS) -> str:
 
 
 class WindowTabs:
-    """The tab widget of ``win`` and what opens, closes, names and saves its tabs."""
+    """The tab widget of ``win`` and what opens, closes, names and saves its tabs
+    (``window``: the window as the parent of the tab menu and the rename dialog)."""
 
-    def __init__(self, win: MainWindow) -> None:
+    def __init__(self, win: TabsWindow, window: QMainWindow) -> None:
         self.win = win
+        self.window = window
+        self.by_id: dict[int, ChatTab] = {}  # the open tabs by conversation id
 
     def build(self) -> QTabWidget:
         win = self.win
@@ -43,14 +57,14 @@ class WindowTabs:
         self.tab_widget.setTabsClosable(True)
         self.tab_widget.setMovable(True)
         self.tab_widget.setDocumentMode(True)
-        self.tab_widget.tabCloseRequested.connect(win.close_tab)
+        self.tab_widget.tabCloseRequested.connect(self.close_tab)
         self.tab_widget.currentChanged.connect(self.on_current_changed)
-        self.tab_widget.tabBar().tabMoved.connect(lambda *_: win._save_tabs_timer.start())
+        self.tab_widget.tabBar().tabMoved.connect(lambda *_: win.schedule_save_tabs())
         self.tab_widget.setUsesScrollButtons(True)
         self.tab_widget.setElideMode(Qt.TextElideMode.ElideNone)  # tab_label() cuts titles
         tab_bar = self.tab_widget.tabBar()
         tab_bar.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        tab_bar.customContextMenuRequested.connect(win._tab_context_menu)
+        tab_bar.customContextMenuRequested.connect(self.tab_context_menu)
         corner = QWidget()
         corner_row = QHBoxLayout(corner)
         corner_row.setContentsMargins(0, 0, 0, 0)
@@ -65,14 +79,14 @@ class WindowTabs:
         # the text is the arrow; the style's second menu arrow would be one too many
         self.tab_list_button.setStyleSheet("QToolButton::menu-indicator { image: none; }")
         self.tab_list_menu = QMenu(self.tab_list_button)
-        self.tab_list_menu.aboutToShow.connect(win._fill_tab_list)
+        self.tab_list_menu.aboutToShow.connect(self.fill_tab_list)
         self.tab_list_button.setMenu(self.tab_list_menu)
         plus = QToolButton()
         plus.setObjectName("new-tab-button")
         plus.setText("+")
         plus.setToolTip("New chat (Ctrl+T)")
         plus.setAutoRaise(True)
-        plus.clicked.connect(win.new_tab)
+        plus.clicked.connect(self.new_tab)
         corner_row.addWidget(self.tab_list_button)
         corner_row.addWidget(plus)
         self.tab_widget.setCornerWidget(corner, Qt.Corner.TopRightCorner)
@@ -82,7 +96,7 @@ class WindowTabs:
         self.show_sidebar_button.setText("Chats")
         self.show_sidebar_button.setToolTip("Show the conversation list (Ctrl+B)")
         self.show_sidebar_button.setAutoRaise(True)
-        self.show_sidebar_button.clicked.connect(win.status_ui.toggle_sidebar)
+        self.show_sidebar_button.clicked.connect(win.toggle_sidebar)
         self.tab_widget.setCornerWidget(self.show_sidebar_button, Qt.Corner.TopLeftCorner)
         self.show_sidebar_button.setVisible(False)
         return self.tab_widget
@@ -120,7 +134,13 @@ class WindowTabs:
         self.tab_widget.setCurrentWidget(new)
         new.composer.setFocus(Qt.FocusReason.OtherFocusReason)
         win.sidebar.schedule_refresh()
-        win._save_tabs_timer.start()
+        win.schedule_save_tabs()
+
+    def fork_tab(self, conversation_id: int, message_id: int) -> None:
+        """What a tab asks for by its conversation's id (see :meth:`fork_from`)."""
+        tab = self.by_id.get(conversation_id)
+        if tab is not None:
+            self.fork_from(tab, message_id)
 
     def add_tab(
         self, conversation_id: int, leaf_id: int | None, open_in_session: bool = True
@@ -141,16 +161,16 @@ class WindowTabs:
         tab = ChatTab(win, conversation, leaf_id)
         tab.composer.set_enter_sends(win.app_settings.send_with_enter)
         tab.set_font_size(win.app_settings.font_size)
-        tab.set_compact(win.status_ui.narrow)
+        tab.set_compact(win.narrow_layout())
         tab.titleChanged.connect(lambda t=tab: self.update_tab_title(t))
-        win._tabs[conversation_id] = tab
-        win.server.set_open_conversations(win._tabs)
+        self.by_id[conversation_id] = tab
+        win.server.set_open_conversations(self.by_id)
         self.tab_widget.addTab(tab, "")
         self.update_tab_title(tab)
         if open_in_session:  # bound to a sequence now, or when a model is loaded
             win.session.open(conversation_id, tab.tab_policy())
         self.sync_send(tab)
-        win._update_stack()
+        win.update_stack()
         return tab
 
     def sync_send(self, tab: ChatTab | None = None) -> None:
@@ -195,22 +215,22 @@ class WindowTabs:
             self.tab_widget.setCurrentWidget(tab)
             tab.composer.setFocus()
         win.sidebar.schedule_refresh()
-        win._save_tabs_timer.start()
+        win.schedule_save_tabs()
         return tab
 
     def start_chat_with(self, text: str) -> ChatTab | None:
         """A new chat whose first message is ``text`` (the welcome page's suggestions)."""
-        tab = self.win.new_tab()
+        tab = self.new_tab()
         if tab is not None:
             tab.composer.setPlainText(text)
             tab.send()
         return tab
 
     def open_conversation(self, conversation_id: int) -> None:
-        tab = self.win._tabs.get(conversation_id)
+        tab = self.by_id.get(conversation_id)
         if tab is None:
             tab = self.add_tab(conversation_id, None)
-            self.win._save_tabs_timer.start()
+            self.win.schedule_save_tabs()
         if tab is not None:
             self.tab_widget.setCurrentWidget(tab)
             tab.composer.setFocus(Qt.FocusReason.OtherFocusReason)
@@ -220,17 +240,9 @@ class WindowTabs:
         tab = self.tab_widget.widget(index)
         if not isinstance(tab, ChatTab):
             return
-        if tab.generating:
-            win.session.stop(tab.cid)
-            tab.finish_for_shutdown()
         tab.save_settings()
-        win.session.close(tab.cid, save=True)
-        win.worker.release(tab.cid)
-        win._tabs.pop(tab.cid, None)
-        win.server.set_open_conversations(win._tabs)
-        self.tab_widget.removeTab(index)
+        self.remove_tab(tab)
         empty = not tab.branch
-        tab.deleteLater()
         if empty and not win.read_only:
             # An empty "New chat" that was never used does not clutter the list.
             try:
@@ -239,8 +251,23 @@ class WindowTabs:
             except LlamaDeskError:
                 pass
             win.sidebar.schedule_refresh()
-        win._update_stack()
-        win._save_tabs_timer.start()
+        win.update_stack()
+        win.schedule_save_tabs()
+
+    def remove_tab(self, tab: ChatTab) -> None:
+        """Take ``tab`` out (its reply so far saved, its cache saved by the session); the
+        conversation stays."""
+        win = self.win
+        index = self.tab_widget.indexOf(tab)
+        if tab.generating:
+            win.session.stop(tab.cid)
+            tab.finish_for_shutdown()
+        win.session.close(tab.cid, save=True)
+        win.worker.release(tab.cid)
+        self.by_id.pop(tab.cid, None)
+        win.server.set_open_conversations(self.by_id)
+        self.tab_widget.removeTab(index)
+        tab.deleteLater()
 
     def step_tab(self, step: int) -> None:
         """The next (+1) or previous (-1) tab, round the ends."""
@@ -256,7 +283,7 @@ class WindowTabs:
             # Typing goes to the chat that became current (Ctrl+Tab, the sidebar, a fork).
             tab.composer.setFocus(Qt.FocusReason.OtherFocusReason)
         self.sidebar_set_current(tab)
-        self.win._save_tabs_timer.start()
+        self.win.schedule_save_tabs()
 
     def sidebar_set_current(self, tab: ChatTab | None) -> None:
         setter = getattr(self.win.sidebar, "set_current", None)
@@ -295,28 +322,27 @@ class WindowTabs:
 
     def tab_menu(self, tab: ChatTab) -> QMenu:
         """The tab's context menu (built for each use)."""
-        win = self.win
-        menu = QMenu(win)
+        menu = QMenu(self.window)
         menu.setObjectName("tab-menu")
         rename = menu.addAction("Rename…")
-        rename.triggered.connect(lambda: win.ask_rename(tab))
+        rename.triggered.connect(lambda: self.ask_rename(tab))
         last = tab.leaf_id()
         fork = menu.addAction("Fork from the last message")
         fork.setEnabled(last is not None and not tab.generating)
         if last is not None:
-            fork.triggered.connect(lambda: win.fork_from(tab, last))
+            fork.triggered.connect(lambda: self.fork_from(tab, last))
         menu.addSeparator()
         self.add_export_actions(menu, [tab.cid])
         menu.addSeparator()
         close = menu.addAction("Close tab")
-        close.triggered.connect(lambda: win.close_tab(self.tab_widget.indexOf(tab)))
+        close.triggered.connect(lambda: self.close_tab(self.tab_widget.indexOf(tab)))
         others = menu.addAction("Close other tabs")
         others.setEnabled(self.tab_widget.count() > 1)
-        others.triggered.connect(lambda: win.close_other_tabs(tab))
+        others.triggered.connect(lambda: self.close_other_tabs(tab))
         return menu
 
     def ask_rename(self, tab: ChatTab) -> QInputDialog:
-        dialog = QInputDialog(self.win)
+        dialog = QInputDialog(self.window)
         dialog.setObjectName("rename-dialog")
         dialog.setWindowTitle("Rename chat")
         dialog.setLabelText("Title")
@@ -326,7 +352,7 @@ class WindowTabs:
 
         def chosen(title: str) -> None:
             if title.strip():
-                self.win.conversations_ui.rename(cid, title.strip())
+                self.win.rename_conversation(cid, title.strip())
 
         dialog.textValueSelected.connect(chosen)
         dialog.open()

@@ -326,7 +326,7 @@ def test_messages_are_not_mutated() -> None:
 # --------------------------------------------------------------------------- reasoning
 
 # Every reasoning-capable template of the set: its format, and whether its generation
-# prompt opens the reasoning block with thinking on (the default) and off.
+# prompt opens the reasoning block with thinking explicitly on and off.
 REASONING_TEMPLATES: dict[str, tuple[ReasoningFormat, bool, bool]] = {
     "Apertus-8B-Instruct": (ReasoningFormat.APERTUS, False, False),
     "Apriel-1.6-15b-Thinker-fixed": (ReasoningFormat.APRIEL, True, True),
@@ -420,6 +420,7 @@ EFFORT_TEMPLATES = [
 ]
 USER_ONLY = CONVERSATION[1:2]
 THINKING_OFF = ReasoningOptions(enable_thinking=False)
+THINKING_ON = ReasoningOptions(enable_thinking=True)
 
 
 @pytest.mark.parametrize("path", _template_files())
@@ -428,7 +429,7 @@ def test_reasoning_format_detection(path: Path) -> None:
     expected = REASONING_TEMPLATES.get(path.stem, (ReasoningFormat.NONE, False, False))
     fmt, opens_on, opens_off = expected
     assert template.reasoning_format is fmt
-    assert template.opens_reasoning() is opens_on
+    assert template.opens_reasoning(THINKING_ON) is opens_on
     assert template.opens_reasoning(THINKING_OFF) is opens_off
     assert template.supports_thinking_toggle is (path.stem in THINKING_TOGGLE_TEMPLATES)
     assert template.supports_effort is (path.stem in EFFORT_TEMPLATES)
@@ -440,10 +441,9 @@ def test_thinking_off_changes_the_prompt(name: str) -> None:
     assert template.supports_thinking_toggle
     # (Granite 3.3 puts its thinking instruction in place of a default system prompt.)
     conversation = CONVERSATION[1:]
-    on = template.render(conversation)
+    on = template.render(conversation, reasoning=THINKING_ON)
     off = template.render(conversation, reasoning=THINKING_OFF)
     assert on != off
-    assert on == template.render(conversation, reasoning=ReasoningOptions())  # the default
 
 
 @pytest.mark.parametrize(
@@ -465,13 +465,14 @@ def test_thinking_off_changes_the_prompt(name: str) -> None:
 )
 def test_thinking_toggle_generation_prompts(name: str, on_tail: str, off_tail: str) -> None:
     template = _real(name)
-    assert template.render(USER_ONLY).endswith(on_tail)
+    assert template.render(USER_ONLY, reasoning=THINKING_ON).endswith(on_tail)
     assert template.render(USER_ONLY, reasoning=THINKING_OFF).endswith(off_tail)
 
 
 def test_smollm3_says_its_reasoning_mode_in_the_system_header() -> None:
     template = _real("HuggingFaceTB-SmolLM3-3B")
-    assert "Reasoning Mode: /think" in template.render(USER_ONLY)
+    assert "Reasoning Mode: /think" in template.render(USER_ONLY)  # the default: on
+    assert "Reasoning Mode: /think" in template.render(USER_ONLY, reasoning=THINKING_ON)
     assert "Reasoning Mode: /no_think" in template.render(USER_ONLY, reasoning=THINKING_OFF)
 
 
@@ -580,13 +581,13 @@ def test_rendered_past_reasoning_splits_back(name: str) -> None:
         {"role": "user", "content": "USER-one"},
         {"role": "assistant", "content": "ANSWER-x", "reasoning_content": "REASONING-y"},
     ]
-    prompt = template.render(turn[:1])
-    full = template.render(turn, add_generation_prompt=False)
+    prompt = template.render(turn[:1], reasoning=THINKING_ON)
+    full = template.render(turn, add_generation_prompt=False, reasoning=THINKING_ON)
     assert full.startswith(prompt)
     assert "REASONING-y" in full
     reply = full[len(prompt) :]
     reply = reply[: reply.index("ANSWER-x") + len("ANSWER-x")]
     reasoning, answer = split_reasoning(
-        reply, template.reasoning_format, template.opens_reasoning()
+        reply, template.reasoning_format, template.opens_reasoning(THINKING_ON)
     )
     assert (reasoning, answer) == ("REASONING-y", "ANSWER-x")

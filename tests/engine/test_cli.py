@@ -301,3 +301,35 @@ def test_run_is_a_client_of_the_session(
     assert len(results[0]["tokens"]) == 5 and batches == [1]
     assert main(args) == 0  # streamed to standard output
     assert capsys.readouterr().out == results[0]["text"] + "\n"
+
+
+def test_run_json_says_how_the_model_reasons(tmp_path: Path, tiny_model: Path) -> None:
+    """``reasoning_defaults``: the template's format and llama-server's thinking default."""
+    from tests.support.gguf_models import TinySpec, write_tiny_model
+
+    root = Path(__file__).resolve().parents[2]
+    for name, fmt, thinking in (
+        ("Qwen-Qwen3-0.6B", "think_tags", True),
+        ("Apertus-8B-Instruct", "apertus", False),  # llama-server's parser knows no markers
+    ):
+        template = (root / f"tests/data/chat-templates/{name}.jinja").read_text()
+        model = write_tiny_model(tmp_path / f"{name}.gguf", TinySpec(chat_template=template))
+        result = llamadesk("run", str(model), "hello", "-n", "2", "--temp", "0", "--json")
+        assert result.returncode == 0, result.stderr
+        defaults = json.loads(result.stdout)["reasoning_defaults"]
+        assert defaults["format"] == fmt and defaults["rule"] == "llama-server"
+        assert defaults["thinking_by_default"] is thinking
+        assert defaults["thinking_enabled_by_rule"] is thinking
+    plain = llamadesk("run", str(tiny_model), "hello", "-n", "2", "--temp", "0", "--json")
+    defaults = json.loads(plain.stdout)["reasoning_defaults"]
+    assert defaults["format"] == "none" and defaults["thinking_by_default"] is False
+
+
+def test_a_long_prompt_without_a_model_is_a_prompt_not_a_file_name() -> None:
+    """`llamadesk run "PROMPT"` takes a long prompt (over the 255 bytes a file name may
+    have, which the system refuses with an error) as the prompt for the default model."""
+    prompt = "Tell me about llamas. " * 20
+    result = llamadesk("run", prompt, "-n", "2", "--temp", "0", "--json")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert json.loads(result.stdout)["results"][0]["n_prompt"] > 20

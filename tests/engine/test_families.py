@@ -12,11 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from app.engine import Completion, ContextSettings, Engine, SamplingParams
 from app.engine.cache import CacheFamily
 from app.engine.events import ContextShifted
+from app.engine.sequence import common_prefix
 from tests.support.arch_models import ARCHITECTURES, family
 from tests.support.settings import small_settings
 
@@ -66,10 +68,16 @@ def fresh(engine: Engine, messages: list[Message]) -> Completion:
 
 
 def fresh_same_prompt(engine: Engine, key: int, completion: Completion) -> list[int]:
-    """The reply a new sequence gives to exactly the prompt tokens ``key`` just answered.
+    """The reply a new sequence gives to exactly the prompt tokens ``key`` just answered
+    (the tokenization of the rendered conversation: see :func:`kept_for`).
 
-    (A reply's text can tokenize another way than it was sampled, and the engine keeps the
-    sampled tokens; a fresh run of the conversation's text would be another prompt.)"""
+    Which fresh run (issue 18, item 10): the probe decodes the whole prompt in chunks of
+    ``n_batch``, while ``key`` decoded a cached prefix earlier and the new suffix now: the
+    chunking differs. Identity holds on these random-weight tiny models (measured on every
+    family, one thread: llama.cpp's CPU kernels give the same logits for a row whatever the
+    batch around it, to the last bit often enough that greedy never flips in these tests);
+    with trained weights it does not (greedy diverges after 8-14 tokens on Gemma 3 270M),
+    and :func:`fresh_same_chunking` is the comparison that still holds there."""
     prompt = engine.tokens(key)[: completion.n_prompt]
     probe = engine.open_sequence()
     try:
@@ -77,6 +85,80 @@ def fresh_same_prompt(engine: Engine, key: int, completion: Completion) -> list[
         return engine.complete(probe, GREEDY).tokens
     finally:
         engine.close_sequence(probe)
+
+
+def fresh_same_chunking(
+    engine: Engine, turns: list[tuple[list[Message], list[int]]], last: list[Message]
+) -> Completion:
+    """The reply of a new sequence decoded in the same chunks as the tested one was.
+
+    ``turns``: each earlier turn's messages (queued by ``set_chat``: the same cut and
+    checkpoint marks, so the same prompt chunks) and the reply tokens it generated that
+    the next turn kept (decoded one per step, as generation decodes them); then ``last``
+    is queued and answered.
+
+    Which fresh run, and why (issue 18, items 8 and 10): llama.cpp's output depends on
+    chunking, and a reply's tokens are decoded one per step while a fresh prompt decodes
+    them in one chunk. Even these random-weight tiny models differ there (measured on the
+    llama model: logits 0.038 apart, greedy flipped on the first token), while a replay
+    with the same chunks gives the same logits to 3e-6 (the cells differ in a unified
+    cache, so not to the bit)."""
+    probe = replay(engine, turns)
+    try:
+        engine.set_chat(probe, last)
+        return engine.complete(probe, GREEDY)
+    finally:
+        engine.close_sequence(probe)
+
+
+def replay(engine: Engine, turns: list[tuple[list[Message], list[int]]]) -> int:
+    """A new sequence that has decoded ``turns`` as :func:`fresh_same_chunking` says."""
+    probe = engine.open_sequence()
+    for messages, generated in turns:
+        engine.set_chat(probe, messages)
+        engine.prefill(probe)
+        engine.run_until_done(probe)
+        for token in generated:
+            engine.append_tokens(probe, [token])
+            engine.prefill(probe)
+            engine.run_until_done(probe)
+    return probe
+
+
+def generated_kept(engine: Engine, key: int, completion: Completion, kept: int) -> list[int]:
+    """The reply tokens of ``completion`` (decoded in ``key``) that a cut to ``kept`` keeps."""
+    return engine.tokens(key)[completion.n_prompt : max(completion.n_prompt, kept)]
+
+
+def rendered(engine: Engine, messages: list[Message], generation_prompt: bool = True) -> list[int]:
+    """The tokenized rendered conversation: the prompt a turn must be (as llama-server's)."""
+    return engine.tokenize(engine.render_chat(messages, add_generation_prompt=generation_prompt))
+
+
+def kept_for(engine: Engine, key: int, messages: list[Message]) -> int:
+    """How many cached tokens the next turn keeps: the common prefix of the cache and the
+    tokenized rendered conversation (a reply sampled as other tokens than its text
+    tokenizes into is processed again from the first difference, as llama-server does),
+    where the cache can be cut there (llama.cpp says how far back a sliding window still
+    remembers), else the latest checkpoint before it."""
+    held = engine.tokens(key)
+    common = common_prefix(held, rendered(engine, messages))
+    if common == len(held):
+        return common
+    seq = engine._seqs[key]
+    traits = engine.cache_traits
+    if seq.seq_id is not None and engine.context is not None:
+        if traits.can_cut(common, len(held), engine.context.seq_pos_min(seq.seq_id)):
+            return common
+    elif traits.family is CacheFamily.SLIDING_WINDOW:
+        # Parked: a restored sliding-window state holds the window only (llama.cpp saves
+        # no more), so it cannot be cut once it is longer than the window.
+        if len(held) <= traits.n_swa:
+            return common
+    elif not traits.needs_checkpoints:  # parked: restored whole, then cut
+        return common
+    checkpoint = seq.checkpoints.best_for(common)
+    return checkpoint.n_tokens if checkpoint is not None else 0
 
 
 def reply(completion: Completion) -> Message:
@@ -112,10 +194,14 @@ def test_parallel_equals_alone(engine: Engine) -> None:
 def test_next_turn_decodes_only_the_new_tokens(engine: Engine) -> None:
     key = engine.open_sequence()
     first = turn(engine, key, [SYSTEM, USER1])
-    held = engine.tokens(key)
-    second = turn(engine, key, [SYSTEM, USER1, reply(first), USER2])
-    assert second.n_prompt_processed == second.n_prompt - len(held)
-    assert second.tokens == fresh_same_prompt(engine, key, second)
+    history = [SYSTEM, USER1, reply(first), USER2]
+    kept = kept_for(engine, key, history)
+    decoded = generated_kept(engine, key, first, kept)
+    second = turn(engine, key, history)
+    assert second.n_prompt_processed == second.n_prompt - kept
+    assert engine.tokens(key)[: second.n_prompt] == rendered(engine, history)
+    replayed = fresh_same_chunking(engine, [([SYSTEM, USER1], decoded)], history)
+    assert second.tokens == replayed.tokens
 
 
 def test_regenerate_gives_the_first_reply_without_decoding_the_prompt(engine: Engine) -> None:
@@ -139,13 +225,13 @@ def test_regenerate_an_earlier_turn(engine: Engine) -> None:
 def test_edit_of_the_last_message_equals_a_fresh_run(engine: Engine) -> None:
     key = engine.open_sequence()
     first = turn(engine, key, [SYSTEM, USER1])
-    held_after_reply = len(engine.tokens(key))
     turn(engine, key, [SYSTEM, USER1, reply(first), USER2])
+    before_edit = len(rendered(engine, [SYSTEM, USER1, reply(first)], False))
     edited = [SYSTEM, USER1, reply(first), USER2_EDITED]
     result = turn(engine, key, edited)
     assert result.tokens == fresh_same_prompt(engine, key, result)
     # Only the edited message (and the template's markup around it) is decoded.
-    assert result.n_prompt_processed <= result.n_prompt - held_after_reply
+    assert result.n_prompt_processed <= result.n_prompt - before_edit
 
 
 def test_edit_far_back_equals_a_fresh_run(engine: Engine) -> None:
@@ -161,8 +247,8 @@ def test_fork_at_a_message_boundary_decodes_nothing_and_answers_as_the_source(
 ) -> None:
     src = engine.open_sequence()
     first = turn(engine, src, [SYSTEM, USER1])
-    boundary = engine.tokens(src)
     turn(engine, src, [SYSTEM, USER1, reply(first), USER2])
+    boundary = rendered(engine, [SYSTEM, USER1, reply(first)], False)  # after the reply
     dst = engine.fork(src, len(boundary))
     assert engine.tokens(dst) == boundary
     assert engine.pending_tokens(dst) == []  # the state was copied, nothing to process
@@ -172,6 +258,77 @@ def test_fork_at_a_message_boundary_decodes_nothing_and_answers_as_the_source(
     assert in_fork.tokens == fresh_same_prompt(engine, dst, in_fork)
     # The source is untouched by what the fork did.
     assert turn(engine, src, history).tokens == in_fork.tokens
+
+
+USER3 = {"role": "user", "content": "and what is the chat"}
+
+
+def assert_logits_close(got: np.ndarray, expected: np.ndarray, tolerance: float = 1e-2) -> None:
+    """Where bit identity cannot be promised, the next-token distribution must still agree:
+    the same argmax and every logit within ``tolerance``.
+
+    Identity fails where the cells differ: another place in a unified cache after a restore
+    or a fork (DESIGN.md 3), another number of cells attended in a split cache whose cuts
+    left holes (the f16 cache and the attention kernel's tiling follow that number:
+    measured up to 5e-3 apart on gemma3 here), and, with trained weights, another batch
+    composition or chunking (DESIGN.md 7)."""
+    assert got.shape == expected.shape
+    assert int(np.argmax(got)) == int(np.argmax(expected))
+    assert float(np.max(np.abs(got - expected))) <= tolerance
+
+
+def test_fork_at_a_boundary_after_two_turns_then_a_new_turn_equals_a_fresh_run(
+    engine: Engine,
+) -> None:
+    """Issue 18, item 8a (seen on qwen3moe): the fork's prompt is the tokenized rendered
+    conversation, and its reply a fresh run's decoded in the same chunks (the shared
+    prefix as the source decoded it, then the same cut); the next-token logits agree
+    within a tolerance (the fork shares the source's cells, the fresh run has its own)."""
+    src = engine.open_sequence()
+    first = turn(engine, src, [SYSTEM, USER1])
+    two_turns = [SYSTEM, USER1, reply(first), USER2]
+    kept_1 = kept_for(engine, src, two_turns)
+    decoded_1 = generated_kept(engine, src, first, kept_1)
+    second = turn(engine, src, two_turns)
+    boundary = rendered(engine, [*two_turns, reply(second)], False)
+    n_fork = common_prefix(engine.tokens(src), boundary)
+    decoded_2 = generated_kept(engine, src, second, n_fork)
+    dst = engine.fork(src, n_fork)
+    history = [*two_turns, reply(second), USER3]
+    engine.set_chat(dst, history)
+    prompt = engine.tokens(dst) + engine.pending_tokens(dst)
+    assert prompt == rendered(engine, history)
+    in_fork_logits = engine.next_logits(dst)
+    in_fork = engine.complete(dst, GREEDY)
+    turns = [([SYSTEM, USER1], decoded_1), (two_turns, decoded_2)]
+    assert in_fork.tokens == fresh_same_chunking(engine, turns, history).tokens
+    probe = replay(engine, turns)
+    engine.set_chat(probe, history)
+    assert_logits_close(in_fork_logits, engine.next_logits(probe))
+    engine.close_sequence(probe)
+
+
+def test_history_that_differs_inside_the_last_reply_equals_a_fresh_run(engine: Engine) -> None:
+    """Issue 18, items 8b (qwen35moe) and 8c (gemma3): the next turn renders the previous
+    reply otherwise than the cache holds it (as a template that drops earlier reasoning
+    does). The prompt is the tokenization of the rendered text (not the cached tokens up
+    to where the text differs plus the rest tokenized apart: 58 tokens where the text
+    gives 60), and the reply a fresh run's, decoded with the same chunking."""
+    key = engine.open_sequence()
+    first = turn(engine, key, [SYSTEM, USER1])
+    assert len(first.text) > 4
+    rewritten = {"role": "assistant", "content": first.text[: len(first.text) // 2] + "q"}
+    history = [SYSTEM, USER1, rewritten, USER2]
+    kept = kept_for(engine, key, history)
+    assert kept < len(engine.tokens(key))  # the cut falls inside the reply
+    decoded = generated_kept(engine, key, first, kept)
+    result = turn(engine, key, history)
+    prompt = engine.tokens(key)[: result.n_prompt]
+    assert prompt == rendered(engine, history)
+    assert result.n_prompt_processed == result.n_prompt - kept
+    replayed = fresh_same_chunking(engine, [([SYSTEM, USER1], decoded)], history)
+    assert result.tokens == replayed.tokens
+    assert replayed.n_prompt == len(prompt)
 
 
 def test_fork_of_everything_continues_like_the_source(engine: Engine) -> None:
@@ -199,16 +356,19 @@ def test_save_and_restore_equals_uninterrupted(
         reopened = other.open_sequence()
         assert other.restore_state(reopened, saved), other.last_restore_error
         assert other.tokens(reopened) == held
+        kept = kept_for(other, reopened, history)
         after = turn(other, reopened, history)
+        # The same cut as the uninterrupted turn: the same chunking, the same reply.
         assert after.tokens == uninterrupted.tokens
-        assert after.n_prompt_processed == after.n_prompt - len(held)
+        assert after.n_prompt_processed == after.n_prompt - kept
         # The checkpoints came along: regenerating the first reply decodes no prompt token.
         # (A sliding-window state holds only the window once restored: past it, the prompt
-        # is processed again.)
+        # is processed again, unless the turn above already read it all again.)
         again = turn(other, reopened, [SYSTEM, USER1])
         assert again.tokens == first.tokens
         if other.cache_traits.family is CacheFamily.SLIDING_WINDOW:
-            assert again.n_prompt_processed == again.n_prompt
+            reread = after.n_prompt_processed == after.n_prompt
+            assert again.n_prompt_processed == (1 if reread else again.n_prompt)
         else:  # attention caches keep the last prompt's logits only: one token again
             assert again.n_prompt_processed == (0 if cuts_by_checkpoint(other) else 1)
 
@@ -264,9 +424,10 @@ def test_rebuild_keeps_tabs(engine: Engine) -> None:
         ContextSettings(**{**engine.settings.to_dict(), "n_batch": 32, "n_ubatch": 32})
     )
     assert engine.tokens(key) == held
+    kept = kept_for(engine, key, history)
     after = turn(engine, key, history)
     assert after.tokens == fresh_same_prompt(engine, key, after)
-    assert after.n_prompt_processed == after.n_prompt - len(held)
+    assert after.n_prompt_processed == after.n_prompt - kept
 
 
 def test_stop_mid_prompt_then_the_turn_equals_a_fresh_run(
@@ -296,23 +457,34 @@ def test_more_tabs_than_resident_slots(arch: str, family_models: dict[str, Path]
         firsts = [turn(engine, k, c) for k, c in zip(keys, conversations, strict=True)]
         for key, messages, first in zip(keys, conversations, firsts, strict=True):
             history = [*messages, reply(first), USER2]
-            held = engine.tokens(key)
+            kept = kept_for(engine, key, history)
+            decoded = generated_kept(engine, key, first, kept)
             result = turn(engine, key, history)
-            assert result.tokens == fresh_same_prompt(engine, key, result)
-            assert result.n_prompt_processed == result.n_prompt - len(held)
+            replayed = fresh_same_chunking(engine, [(messages, decoded)], history)
+            assert result.tokens == replayed.tokens
+            assert result.n_prompt_processed == result.n_prompt - kept
 
 
 def test_split_cache_regenerate_and_fork(arch: str, family_models: dict[str, Path]) -> None:
     with _open(family_models[arch], kv_unified=False, n_ctx=1024, n_seq_max=4) as engine:
         key = engine.open_sequence()
         first = turn(engine, key, [SYSTEM, USER1])
-        boundary = engine.tokens(key)
         turn(engine, key, [SYSTEM, USER1, reply(first), USER2])
-        assert turn(engine, key, [SYSTEM, USER1]).tokens == first.tokens
+        again = turn(engine, key, [SYSTEM, USER1])
+        assert again.tokens == first.tokens
+        boundary = engine.tokens(key)  # the regenerated reply, as its tokens were sampled
         dst = engine.fork(key, len(boundary))
         history = [SYSTEM, USER1, reply(first), USER2_EDITED]
-        result = turn(engine, dst, history)
-        assert result.tokens == fresh_same_prompt(engine, dst, result)
+        decoded = generated_kept(engine, dst, again, kept_for(engine, dst, history))
+        engine.set_chat(dst, history)
+        in_fork = engine.next_logits(dst)
+        # The copy's cells are not where a fresh sequence's are (a split cache fills holes
+        # left by the cuts): the sums run in another order, so identity cannot be promised
+        # (a near tie flipped gpt-oss' second token): the logits agree within a tolerance.
+        probe = replay(engine, [([SYSTEM, USER1], decoded)])
+        engine.set_chat(probe, history)
+        assert_logits_close(in_fork, engine.next_logits(probe))
+        assert engine.complete(dst, GREEDY).n_prompt_processed == 0
 
 
 def test_greedy_equals_llama_cpps_own_run(arch: str, family_models: dict[str, Path]) -> None:
@@ -349,12 +521,12 @@ def test_sliding_window_without_full_cache_cuts_back_correctly(
         assert engine.cache_traits.needs_checkpoints
         key = engine.open_sequence()
         first = turn(engine, key, [SYSTEM, LONG_USER])
-        held_after_reply = len(engine.tokens(key))
-        assert held_after_reply > 300
+        assert len(engine.tokens(key)) > 300
         turn(engine, key, [SYSTEM, LONG_USER, reply(first), USER2])
+        before_edit = len(rendered(engine, [SYSTEM, LONG_USER, reply(first)], False))
         edited = [SYSTEM, LONG_USER, reply(first), USER2_EDITED]
         result = turn(engine, key, edited)
-        assert result.n_prompt_processed <= result.n_prompt - held_after_reply
+        assert result.n_prompt_processed <= result.n_prompt - before_edit
         expected = fresh_same_prompt(engine, key, result)
         assert result.tokens == expected
         again = turn(engine, key, edited)
@@ -368,12 +540,13 @@ def exercise_chat_features(engine: Engine) -> None:
     checked against a fresh run and for what it decodes."""
     key = engine.open_sequence()
     first = turn(engine, key, [SYSTEM, USER1])
-    boundary = engine.tokens(key)
     again = turn(engine, key, [SYSTEM, USER1])
     assert again.tokens == first.tokens and again.n_prompt_processed == 0
     history = [SYSTEM, USER1, reply(first), USER2]
+    kept = kept_for(engine, key, history)
     second = turn(engine, key, history)
-    assert second.n_prompt_processed == second.n_prompt - len(boundary)
+    assert second.n_prompt_processed == second.n_prompt - kept
+    boundary = rendered(engine, [SYSTEM, USER1, reply(first)], False)
     edited = [SYSTEM, USER1, reply(first), USER2_EDITED]
     result = turn(engine, key, edited)
     assert result.n_prompt_processed <= result.n_prompt - len(boundary)

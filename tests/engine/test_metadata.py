@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from app.engine import ModelLoadError, read_model_info
-from app.engine.gguf_header import GGML_TYPE_SIZES, read_header
+from app.engine.gguf_header import GGML_TYPE_SIZES, GGUFArray, read_header
+from app.engine.header_checks import duplicate_tokens, llama_token_texts
 from app.engine.metadata import FILE_TYPE_NAMES, LLAMA_CPP_ARCHITECTURES, ArchParams, ModelInfo
 from app.engine.model import ensure_backend
 from tests.support.big_vocab import bpe_vocab, write_big_vocab_model
@@ -166,7 +167,7 @@ def test_arch_params_are_read_raw_and_survive_the_cache(tmp_path: Path) -> None:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    info = read_model_info(path)
+    info = read_model_info(path, check_loadable=False)  # no tokenizer: not loadable
     assert info.n_head_kv == 2  # the maximum, as before
     params = info.arch_params
     assert params.head_count_kv == (0, 2, 0, 2)
@@ -199,3 +200,53 @@ def test_reading_metadata_does_not_load_llama_cpp() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def _token_array(tmp_path: Path, tokens: list[bytes]) -> GGUFArray:
+    path = tmp_path / "tokens.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_array(
+        "tokenizer.ggml.tokens", [t.decode("utf-8", "surrogateescape") for t in tokens]
+    )
+    writer.add_uint32("test.after", 7)  # the array is not the last thing in the buffer
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    array = read_header(path).fields["tokenizer.ggml.tokens"]
+    assert [array.raw(i) for i in range(len(array))] == tokens
+    return array
+
+
+LONG = b"a-token-longer-than-sixteen-bytes"
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [
+        ([b"a", b"b", b"c"], None),
+        ([b"a", b"b", b"a"], (0, 2)),
+        ([b"x", b"ab\x00c", b"ab"], (1, 2)),  # read as C strings: "ab" twice
+        ([b"x", b"", b"[EMPTY_1]"], (1, 2)),  # an empty token is renamed "[EMPTY_<id>]"
+        ([b"", b""], None),  # two empty tokens get two names
+        ([LONG, b"q", LONG], (0, 2)),
+        ([LONG + b"\x00x", b"q", LONG], (0, 2)),
+        ([b"zz", LONG[:5] + b"\x00" + LONG, LONG[:5]], (1, 2)),  # a long one cut short
+        ([b"b", b"a", b"c", b"a", b"b"], (1, 3)),  # the pair llama.cpp meets first
+    ],
+)
+def test_duplicate_tokens_as_llama_cpp_reads_them(
+    tmp_path: Path, tokens: list[bytes], expected: tuple[int, int] | None
+) -> None:
+    array = _token_array(tmp_path, tokens)
+    assert duplicate_tokens(array) == expected
+    texts = llama_token_texts(array)
+    assert (len(set(texts)) == len(texts)) == (expected is None)
+
+
+def test_duplicate_check_on_a_real_size_vocabulary(tmp_path: Path) -> None:
+    vocab = bpe_vocab("qwen2")
+    tokens = [t.encode() for t in vocab.tokens]
+    assert duplicate_tokens(_token_array(tmp_path, tokens)) is None
+    damaged = list(tokens)
+    damaged[150_000] = damaged[70_000] + b"\x00"
+    assert duplicate_tokens(_token_array(tmp_path, damaged)) == (70_000, 150_000)

@@ -89,6 +89,8 @@ def test_encoder_decoder_sequences_take_turns(tmp_path: Path) -> None:
     model = write_tiny_t5(tmp_path / "t5.gguf", seed=2)
     greedy = SamplingParams(temperature=0.0, max_tokens=10)
     with Engine.open(model, small_settings(n_seq_max=2)) as engine:
+        # Same chunking (each prompt encoded whole, then one token per step); only the
+        # turn-taking between the two sequences differs.
         alone = {}
         for prompt in ("hello world", "one two three"):
             key = engine.open_sequence()

@@ -132,6 +132,7 @@ def test_a_rebuilt_context_too_small_for_a_cache_reports_it_and_rereads_the_text
         assert engine.info(key).n_tokens + engine.info(key).n_reserved <= 256
         after = engine.complete(key, GREEDY)
         assert after.error is None and after.n_prompt_processed == after.n_prompt
+        # Same chunking: the turn re-read its whole prompt (checked above), as the probe does.
         probe = engine.open_sequence()
         engine.set_tokens(probe, engine.tokens(key)[: after.n_prompt])
         assert engine.complete(probe, GREEDY).tokens == after.tokens

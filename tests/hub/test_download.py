@@ -208,7 +208,9 @@ def test_not_enough_disk_space(
     import shutil
 
     real = shutil.disk_usage
-    monkeypatch.setattr("app.hub.download.shutil.disk_usage", lambda p: real(p)._replace(free=1000))
+    monkeypatch.setattr(
+        "app.hub.download.disk.shutil.disk_usage", lambda p: real(p)._replace(free=1000)
+    )
     manager, events = make_manager()
     manager.enqueue(_request(hub, client))
     end = events.end()
@@ -236,15 +238,17 @@ def test_disk_full_while_writing_keeps_the_part(
         def __exit__(self, *exc: Any) -> None:
             self.fh.close()
 
-    real_open = DownloadManager._open_part
+    real_open = DownloadManager._open_part_on_hub_thread
     monkeypatch.setattr(
-        DownloadManager, "_open_part", lambda self, p, m: FullDisk(real_open(self, p, m))
+        DownloadManager,
+        "_open_part_on_hub_thread",
+        lambda self, p, m: FullDisk(real_open(self, p, m)),
     )
     manager, events = make_manager()
     job = manager.enqueue(_request(hub, client))
     end = events.end()
     assert isinstance(end, Failed) and end.partial_kept and "disk is full" in end.message
-    monkeypatch.setattr(DownloadManager, "_open_part", real_open)
+    monkeypatch.setattr(DownloadManager, "_open_part_on_hub_thread", real_open)
     manager.resume(job)
     assert isinstance(events.wait_for(lambda e: isinstance(e, Finished)), Finished)
 

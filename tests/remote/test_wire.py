@@ -39,6 +39,10 @@ def test_thinking_off_is_sent_as_template_kwargs() -> None:
     prompt = ChatPrompt(PROMPT.messages, reasoning=ReasoningOptions(enable_thinking=False))
     body = chat_body(traits(ServerKind.OPENAI), prompt, SamplingParams(), None)
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    # no choice made: the server applies the model's default
+    assert "chat_template_kwargs" not in chat_body(
+        traits(ServerKind.OPENAI), PROMPT, SamplingParams(), None
+    )
 
 
 def test_llama_server_chunks() -> None:

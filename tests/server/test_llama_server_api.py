@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx2
 
-from app.server import ServerRunner
+from app.server import ServerConfig, ServerRunner
+from tests.server.conftest import MakeServer
+from tests.support.gguf_models import TinySpec, write_tiny_model
 
 
 def test_health_and_props(http: httpx2.Client, server: ServerRunner) -> None:
@@ -14,8 +18,27 @@ def test_health_and_props(http: httpx2.Client, server: ServerRunner) -> None:
     assert props["default_generation_settings"]["n_ctx"] == 8192
     assert props["model_path"].endswith("tiny-8k.gguf")
     assert "im_start" in props["chat_template"]
+    assert props["chat_template_source"] == "model" and props["model_has_chat_template"]
     names = {p["name"] for p in props["api_parameters"]}
     assert {"temperature", "top_k", "seed", "max_tokens", "grammar"} <= names
+
+
+def test_props_name_the_builtin_template_a_model_without_one_gets(
+    make_server: MakeServer, tmp_path: Path
+) -> None:
+    bare = write_tiny_model(tmp_path / "bare.gguf", TinySpec(chat_template=None))
+    runner = make_server(ServerConfig(parallel=1, max_resident=1), model=bare, n_ctx=1024)
+    props = httpx2.get(f"{runner.url}/props", timeout=30).json()
+    assert props["chat_template_source"] == "builtin"
+    assert props["chat_template_name"] == "chatml"  # the tiny vocabulary ends turns with <|im_end|>
+    assert not props["model_has_chat_template"]
+    assert "<|im_start|>" in props["chat_template"]  # the Jinja source in use, not ""
+    prompt = httpx2.post(
+        f"{runner.url}/apply-template",
+        json={"messages": [{"role": "user", "content": "hi"}]},
+        timeout=30,
+    ).json()["prompt"]
+    assert prompt.startswith("<|im_start|>user\nhi")
 
 
 def test_tokenize_and_detokenize(http: httpx2.Client) -> None:

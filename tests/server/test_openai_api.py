@@ -312,3 +312,24 @@ def test_reasoning_content(make_server: MakeServer, tmp_path: Path) -> None:
         assert "".join(d.content or "" for d in deltas) == message.content
         return
     raise AssertionError("no grammar gave a reasoning reply")
+
+
+def readme_client_example() -> str:
+    """The first Python block of the README's "Local API server" section."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Local API server", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readmes_client_example_runs(
+    make_server: MakeServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = readme_client_example()
+    assert 'model="local"' in code and "http://127.0.0.1:8080/v1" in code
+    # A small context: the example sets no max_tokens, so the reply ends with the context.
+    runner = make_server(ServerConfig(parallel=1, max_resident=1), n_ctx=512)
+    exec(compile(code.replace("http://127.0.0.1:8080", runner.url), "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert printed not in ("", "\n", "None\n")  # the reply's text
+    assert runner.service.store is not None
+    assert "my-agent" in runner.service.store.names()  # the conversation it named

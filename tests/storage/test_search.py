@@ -110,7 +110,7 @@ def test_search_never_crashes_on_any_input(db: Database, text: str) -> None:
 def test_common_words_rank_only_the_most_recent_window(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.storage.conversations as conversations
+    import app.storage.conversations.search as conversations
 
     monkeypatch.setattr(conversations, "SEARCH_WINDOW", 5)
     c = db.create_conversation()

@@ -382,3 +382,31 @@ def test_choice_editor_explains_each_choice_and_reports_only_user_choices(qtbot:
     # the settings panel's way in keeps an unknown value visible rather than dropping it
     assert write_editor(spec, combo, "drop")
     assert read_editor(combo) == "drop" and "not a valid choice" in combo.currentText()
+
+
+def test_the_schema_package_imports_only_the_standard_library() -> None:
+    """Storage and the engine both import the schema, and neither may import the other:
+    its rooms import the standard library and each other, nothing else (inside functions
+    too). tests/test_layers.py covers app's top-level modules, not this package."""
+    import ast
+    import sys
+
+    folder = Path(__file__).resolve().parents[2] / "app" / "settings_schema"
+    files = sorted(folder.glob("*.py"))
+    assert len(files) > 1
+    wrong = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            for name in names:
+                top = name.split(".")[0]
+                ours = name == "app.settings_schema" or name.startswith("app.settings_schema.")
+                if not ours and top not in sys.stdlib_module_names and top != "__future__":
+                    wrong.append(f"{path.name} imports {name}")
+    assert not wrong, wrong
