@@ -358,7 +358,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from app.session import events as ev
 
     if args.remote is not None or args.conversation is not None:
-        return remote_cli.cmd_run_remote(args)
+        return remote_cli.cmd_run_remote(args, sampling_params(args, _read_grammar(args.grammar)))
     path, prompt = _resolve_model_and_prompt(args)
     reasoning = ReasoningOptions(
         # No choice: the model's default (llama-server's rule, app/engine/chat_template).

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from app.errors import LlamaDeskError
 
 if TYPE_CHECKING:
+    from app.engine import SamplingParams
     from app.remote import RemoteConnection
     from app.session import Session
 
@@ -162,13 +163,13 @@ def _next(session: Session, events: queue.SimpleQueue[Any]) -> Any:
                 raise LlamaDeskError("Internal error: the session thread stopped.") from None
 
 
-def cmd_run_remote(args: argparse.Namespace) -> int:
-    """See the module docstring. Exit 0 on a whole reply, 1 when it failed or stopped
-    part-way (what came is stored and printed, the sentence on stderr and in the JSON)."""
+def cmd_run_remote(args: argparse.Namespace, params: SamplingParams) -> int:
+    """See the module docstring; ``params``: the run's sampling flags, checked. Exit 0 on a
+    whole reply, 1 when it failed or stopped part-way (what came is stored and printed,
+    the sentence on stderr and in the JSON)."""
     from app.engine import ContextSettings
     from app.engine.chat_template import ReasoningEffort, ReasoningOptions
     from app.engine.reasoning import Channel
-    from app.engine_cli import _read_grammar, sampling_params
     from app.remote import RemoteLoader
     from app.session import FinishReason, Session
     from app.session import events as ev
@@ -177,7 +178,6 @@ def cmd_run_remote(args: argparse.Namespace) -> int:
     _refuse_local_flags(args)
     conn = _connection(args)
     prompt = _prompt(args)
-    params = sampling_params(args, _read_grammar(args.grammar))
     reasoning = ReasoningOptions(
         enable_thinking=False if args.no_thinking else None,  # None: the model's default
         effort=ReasoningEffort(args.reasoning_effort) if args.reasoning_effort else None,
