@@ -17,6 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from app import remote_cli
 from app.errors import LlamaDeskError
 from app.settings_schema import CONTEXT_FIELDS, MISSING, SAMPLING_FIELDS, FieldSpec
 
@@ -162,6 +163,7 @@ def register(sub: Any) -> None:
         action="store_true",
         help="print one JSON object with results (text, reasoning) and timings",
     )
+    remote_cli.add_run_args(p)  # run --remote URL: app/remote_cli.py
     p.set_defaults(func=cmd_run)
     # Options may come between MODEL and PROMPT (`run m.gguf --raw "hi"`): app.cli parses
     # this subcommand again with parse_intermixed_args.
@@ -355,6 +357,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from app.session import ChatMessage, RestoreOutcome, Session, TurnId, TurnResult
     from app.session import events as ev
 
+    if args.remote is not None or args.conversation is not None:
+        return remote_cli.cmd_run_remote(args, sampling_params(args, _read_grammar(args.grammar)))
     path, prompt = _resolve_model_and_prompt(args)
     reasoning = ReasoningOptions(
         # No choice: the model's default (llama-server's rule, app/engine/chat_template).

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app import remote_cli
 from app.engine_cli import add_schema_args, context_settings, default_model_path
 from app.errors import LlamaDeskError
 from app.settings_schema import CONTEXT_FIELDS
@@ -87,6 +88,7 @@ def register(sub: Any) -> None:
         help="keep API conversations and caches in memory only (not in the app's database)",
     )
     add_schema_args(p.add_argument_group("context"), SERVE_CONTEXT)
+    remote_cli.add_serve_args(p)  # serve --remote URL: app/remote_cli.py
     p.set_defaults(func=cmd_serve)
 
 
@@ -106,7 +108,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config.validate()
     if args.pooling and not args.embeddings:
         raise LlamaDeskError("--pooling chooses how embeddings are pooled: add --embeddings.")
-    path = Path(args.model) if args.model else default_model_path()
+    loader = remote_cli.serve_loader(args)  # None: a local model
+    path: Path | str = Path(args.model) if args.model else ""
+    if loader is not None:
+        path = args.remote_model or ""  # the model's name on the remote server
+    elif not args.model:
+        path = default_model_path()
     n_seq = config.resident + config.parallel
     if args.embeddings:
         # The engine's embeddings abort in ggml (GGML_ASSERT ggml_can_mul_mat) when
@@ -118,8 +125,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from app.engine.embeddings import default_pooling
 
         settings.embeddings = True
-        settings.pooling_type = args.pooling or default_pooling(path)
-    runner = ServerRunner(path, settings, config, persist=not args.no_persist)
+        settings.pooling_type = args.pooling or default_pooling(Path(path))
+    runner = ServerRunner(path, settings, config, persist=not args.no_persist, loader=loader)
     loaded = runner.start(background=True)  # /health answers "loading" meanwhile
 
     def on_signal(signum: int, frame: Any) -> None:

@@ -40,6 +40,10 @@ STOP_WAIT_S = 10.0
 
 
 class Generation:
+    # False: a front for a remote engine (``serve --remote``): chat prompts are not
+    # tokenized here; the remote server counts and checks them.
+    local_tokens = True
+
     def __init__(
         self,
         served: ServedModel,
@@ -99,6 +103,8 @@ class Generation:
         """The request's prompt tokens, made on this thread; a 400 when they cannot leave
         room for one generated token, found before tokenizing all of a long prompt."""
         param = "messages" if isinstance(req, ChatRequest) else "prompt"
+        if isinstance(req, ChatRequest) and not self.local_tokens:
+            return ()
         if isinstance(req, CompletionRequest) and req.prompt_tokens is not None:
             tokens = self._vocab.checked_tokens(list(req.prompt_tokens), "prompt")
         else:
@@ -140,7 +146,7 @@ class Generation:
             tokens = self.prompt_tokens(req, n_ctx)
             n_prompt = len(tokens)
             max_tokens = req.sampling.max_tokens
-            if req.max_tokens_given and n_prompt + max_tokens > n_ctx:
+            if self.local_tokens and req.max_tokens_given and n_prompt + max_tokens > n_ctx:
                 raise ApiError(
                     400,
                     f"The context holds {n_ctx} tokens; the request asks for {n_prompt + max_tokens} "

@@ -14,7 +14,7 @@ from app.server.config import ServerConfig
 from app.server.http import ApiServer
 from app.server.service import ApiService
 from app.server.store import ConversationStore
-from app.session import LoadedModel, Session
+from app.session import EngineLoader, LoadedModel, Session
 from app.storage import StateStore
 
 log = logging.getLogger(__name__)
@@ -46,28 +46,34 @@ class ServerRunner:
 
     def __init__(
         self,
-        model_path: Path,
+        model_path: Path | str,
         settings: ContextSettings,
         config: ServerConfig,
         *,
         persist: bool = True,
         home: Path | None = None,
+        loader: EngineLoader | None = None,
     ) -> None:
         """``persist``: API conversations in the app's database and their caches in its
-        states folder (``home``: another data folder than the app's, for tests)."""
+        states folder (``home``: another data folder than the app's, for tests).
+        ``loader``: another engine than llama.cpp here (``serve --remote``: then
+        ``model_path`` is the model's name on that server)."""
         config.validate()
         self.config = config
         # Absolute: /props reports it, and a client's working folder is not ours.
         self.model_path = Path(model_path).absolute()
+        # what the loader is given: the file, or the model's name on a remote server
+        self._load_path = str(self.model_path) if loader is None else str(model_path)
         self.settings = settings
         states = home / "states" if home is not None else paths.state_dir()
         database = home / "llamadesk.sqlite3" if home is not None else paths.database_path()
         store = StateStore(states) if persist else None
         self.store = ConversationStore(database) if persist else None
-        self.session = Session(store, None, name="api-session")
+        self.session = Session(store, None, name="api-session", loader=loader)
         self.service = ApiService(
             self.session, config, self.store, slots_dir=states / SLOTS_FOLDER if persist else None
         )
+        self.service.generation.local_tokens = loader is None
         self.http: ApiServer | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -85,7 +91,7 @@ class ServerRunner:
         try:
             if background:
                 self.start_background()
-            self.session.load_model(str(self.model_path), self.settings)
+            self.session.load_model(self._load_path, self.settings)
             return self.service.wait_loaded(LOAD_TIMEOUT_S)
         except BaseException:
             self.close()

@@ -1,0 +1,70 @@
+"""How a session gets a :class:`~app.remote.engine.RemoteEngine`: an
+:class:`~app.session.engine_port.EngineLoader` for one server.
+
+``path`` in :meth:`RemoteLoader.load` is the model's name on the server ("": the
+connection's model, else the server's first). Loading probes the server
+(:func:`~app.remote.probe.probe`); what the server does not give is the load's warning, one
+sentence each (no context meter, no cached-token figures, no prompt progress).
+"""
+
+from __future__ import annotations
+
+import ssl
+
+import httpx2
+
+from app.engine import ContextSettings
+from app.remote.connection import RemoteConnection
+from app.remote.engine import RemoteEngine
+from app.remote.probe import probe
+from app.session.engine_port import Loaded, Progress
+
+
+def new_client(conn: RemoteConnection, keep_alive: int, tls: ssl.SSLContext) -> httpx2.Client:
+    """A client for ``conn``; a conversation's has one connection, kept alive between its
+    turns (so its socket is the one its next turn uses: see :class:`~app.remote.turn.Line`).
+    ``tls`` is made once per engine: building the system trust store takes half a second,
+    which every conversation's open would otherwise wait for on the session thread."""
+    return httpx2.Client(
+        headers=conn.headers(),
+        verify=tls,
+        timeout=httpx2.Timeout(conn.read_timeout_s, connect=conn.connect_timeout_s),
+        limits=httpx2.Limits(max_connections=keep_alive, max_keepalive_connections=keep_alive),
+        follow_redirects=False,
+    )
+
+
+class RemoteLoader:
+    """See the module docstring. ``engine`` is the last engine it loaded (a client such as
+    the command line reads what the server reported from it after a turn)."""
+
+    def __init__(self, conn: RemoteConnection) -> None:
+        self.conn = conn
+        self.engine: RemoteEngine | None = None
+
+    def check(self, path: str) -> None:
+        self.conn.validate()
+
+    def load(
+        self, path: str, settings: ContextSettings, progress: Progress, fallback: bool
+    ) -> Loaded:
+        conn = self.conn
+        if path:
+            conn = RemoteConnection(
+                conn.base_url,
+                conn.api_key,
+                path,
+                conn.allow_insecure,
+                conn.connect_timeout_s,
+                conn.read_timeout_s,
+                conn.max_retry_after_s,
+            )
+        conn.validate()
+        tls = httpx2.create_ssl_context()
+        with new_client(conn, 1, tls) as client:
+            traits = probe(client, conn)
+        progress(1.0)
+        engine = RemoteEngine(conn, traits, lambda: new_client(conn, 1, tls))
+        self.engine = engine
+        notes = traits.unavailable()
+        return Loaded(engine, " ".join(notes) if notes else None)
