@@ -28,9 +28,16 @@ from pathlib import Path
 
 import numpy as np
 
+from app.engine import template_choice
 from app.engine.cache import CacheTraits
 from app.engine.chat_fit import ChatFitter
-from app.engine.chat_template import ChatTemplate, ReasoningDefaults, ReasoningOptions
+from app.engine.chat_template import (
+    ChatTemplate,
+    ReasoningDefaults,
+    ReasoningOptions,
+    TemplateChoice,
+    user_template_problem,
+)
 from app.engine.context import Context
 from app.engine.context_shift import ContextShift
 from app.engine.embeddings import embed
@@ -46,7 +53,7 @@ from app.engine.residency import Residency
 from app.engine.saved_states import SavedStates
 from app.engine.scheduler import Scheduler
 from app.engine.sequence import Message, Phase, Sequence, SequenceInfo, require_idle
-from app.engine.settings import ContextSettings, ModelSettings, SamplingParams
+from app.engine.settings import ContextSettings, ModelSettings, SamplingParams, SettingsError
 from app.engine.snapshots import Snapshots
 from app.fsutil import atomic_write_bytes
 
@@ -145,11 +152,26 @@ class Engine:
         """Load a model, replacing the current one (its sequences are closed)."""
         self.close()
         model = self._h.model = Model(path, model_settings, progress)
-        info = model.info
-        self._h.template = ChatTemplate.for_model(
-            info.chat_template, info.bos_token, info.eos_token
-        )
-        return info
+        self.set_chat_template(model.settings.chat_template)
+        return model.info
+
+    def set_chat_template(self, choice: str = "") -> TemplateChoice:
+        """Use a bundled template (by name) or a Jinja file for the next turns; "" chooses
+        automatically (the model's own, else by its vocabulary). Says which is in use."""
+        problem = user_template_problem(choice)
+        if problem is not None:
+            raise SettingsError("chat_template", problem)
+        self._h.template, self._h.end_markers = template_choice.choose(self._h.need_model(), choice)
+        log.info("chat template: %s", self._h.template.choice.reason)
+        return self._h.template.choice
+
+    @property
+    def template_choice(self) -> TemplateChoice:
+        """Which chat template is in use and why (``run --json``, ``/props``, the window)."""
+        template = self._h.template
+        if template is None:
+            raise EngineError("No model is loaded. Load a model first.")
+        return template.choice
 
     def create_context(self, settings: ContextSettings) -> None:
         model = self._h.need_model()

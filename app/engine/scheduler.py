@@ -81,8 +81,13 @@ class Scheduler:
         seq.completion = Completion(
             n_prompt=len(seq.tokens) + len(seq.pending), n_prompt_processed=len(seq.pending)
         )
+        stops = list(params.stop)
+        if seq.messages is not None:
+            # A chat turn also ends at the template's end-of-turn text where the model
+            # has no token for it (a template chosen for it, or by the user).
+            stops += [s for s in self._h.end_markers.strings if s not in stops]
         seq.reply = ReplyStream(
-            seq.key, seq.completion, params.stop, seq.reasoning_format, seq.opens_reasoning
+            seq.key, seq.completion, stops, seq.reasoning_format, seq.opens_reasoning
         )
         seq.begin_generation()
         seq.prompt_total, seq.prompt_done = len(seq.pending), 0
@@ -270,7 +275,11 @@ class Scheduler:
         completion.last_token_at = now
         # Decoded next step; kept when finishing, so a resume continues exactly.
         seq.pending = [token]
-        if model.is_eog(token):
+        if model.is_eog(token) or (
+            seq.messages is not None and token in self._h.end_markers.tokens
+        ):
+            # (the second: the template's end-of-turn token that the vocabulary does not
+            # count as end of generation)
             self.finish(seq, "eog", events)
             return
         completion.tokens.append(token)

@@ -21,6 +21,7 @@ from app.settings_schema import (
     FLASH_ATTN,
     KV_TYPES,
     MAX_SEQUENCES,
+    MODEL_FIELDS,
     POOLING,
     ROPE_SCALING,
     SAMPLING_FIELDS,
@@ -88,6 +89,9 @@ class ModelSettings:
     n_gpu_layers: int = 0
     use_mmap: bool = True
     use_mlock: bool = False
+    # A bundled template's name or a Jinja file ("": automatic); applies without a reload
+    # (Engine.set_chat_template).
+    chat_template: str = spec_field(MODEL_FIELDS["chat_template"])
 
     def validate(self) -> None:
         if not -1 <= self.n_gpu_layers <= 1024:
@@ -95,6 +99,12 @@ class ModelSettings:
                 "n_gpu_layers",
                 f"GPU layers must be between -1 (all) and 1024, not {self.n_gpu_layers}.",
             )
+        validate_fields(self)
+        from app.engine.chat_template import user_template_problem
+
+        problem = user_template_problem(self.chat_template or "")
+        if problem is not None:
+            raise SettingsError("chat_template", problem)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

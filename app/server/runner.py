@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from app import paths
-from app.engine import ContextSettings
+from app.engine import ContextSettings, ModelSettings
 from app.errors import LlamaDeskError
 from app.server.config import ServerConfig
 from app.server.http import ApiServer
@@ -52,6 +52,7 @@ class ServerRunner:
         *,
         persist: bool = True,
         home: Path | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> None:
         """``persist``: API conversations in the app's database and their caches in its
         states folder (``home``: another data folder than the app's, for tests)."""
@@ -60,6 +61,7 @@ class ServerRunner:
         # Absolute: /props reports it, and a client's working folder is not ours.
         self.model_path = Path(model_path).absolute()
         self.settings = settings
+        self.model_settings = model_settings  # the chat template (--chat-template)
         states = home / "states" if home is not None else paths.state_dir()
         database = home / "llamadesk.sqlite3" if home is not None else paths.database_path()
         store = StateStore(states) if persist else None
@@ -85,7 +87,9 @@ class ServerRunner:
         try:
             if background:
                 self.start_background()
-            self.session.load_model(str(self.model_path), self.settings)
+            self.session.load_model(
+                str(self.model_path), self.settings, model_settings=self.model_settings
+            )
             return self.service.wait_loaded(LOAD_TIMEOUT_S)
         except BaseException:
             self.close()
