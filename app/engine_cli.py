@@ -281,6 +281,8 @@ def context_settings(args: argparse.Namespace, n_seq: int) -> ContextSettings:
     if threads is not None:  # -t sets both; 0 or negative is refused by validation
         settings.n_threads = settings.n_threads_batch = threads
     _checked(settings)
+    for warning in settings.thread_warnings():  # said before the model loads
+        print(f"llamadesk: warning: {warning}", file=sys.stderr)
     return settings
 
 

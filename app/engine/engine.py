@@ -28,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from app.engine import template_choice
+from app.engine import batching, template_choice
+from app.engine.batching import BatchingChoice, BatchMode
 from app.engine.cache import CacheTraits
 from app.engine.chat_fit import ChatFitter
 from app.engine.chat_template import (
@@ -75,6 +76,7 @@ class Engine:
         self._scheduler = Scheduler(h, self._snapshots, self._residency, self._shifter)
         self._states = SavedStates(h, self._snapshots, self._residency, self._prompts)
         self._forks = Forks(h, self._snapshots, self._residency)
+        self._batching_pin: BatchMode | None = None
 
     # ---------------------------------------------------------------- what it holds
 
@@ -179,6 +181,26 @@ class Engine:
             self.reconfigure(settings)
             return
         self._h.context = Context(model, settings)
+        self._measure_batching()
+
+    def _measure_batching(self) -> None:
+        """Batched or in turn, for this context (before any sequence holds cells)."""
+        if self._batching_pin is not None:
+            self._scheduler.batching = batching.pinned(self._batching_pin)
+            return
+        self._scheduler.batching = batching.measure(self._h.need_ctx(), self._h.need_model())
+
+    @property
+    def batching(self) -> BatchingChoice:
+        """How generating tabs share a step, and why (the session reports it)."""
+        return self._scheduler.batching
+
+    def pin_batching(self, mode: BatchMode | None) -> None:
+        """Use ``mode`` from now on instead of measuring (None: measure at the next
+        context). Tests pin it; greedy output may differ in the last bits between modes."""
+        self._batching_pin = mode
+        if mode is not None:
+            self._scheduler.batching = batching.pinned(mode)
 
     def close(self) -> None:
         """Free the context before the model (the context points into it)."""
@@ -601,8 +623,10 @@ class Engine:
             h.context = Context(model, settings)
         except ContextError:
             h.context = Context(model, old_settings)
+            self._measure_batching()
             self._residency.restore_parked(resident)
             raise
+        self._measure_batching()
         self._residency.restore_parked(resident)
 
     # ---------------------------------------------------------------- embeddings

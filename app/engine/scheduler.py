@@ -7,6 +7,9 @@ nobody waits behind the others step after step), with logits only on the last to
 span. Then one ``llama_decode``, and per sequence: bookkeeping, checkpoints, sampling and text. A failed
 decode is resynchronised from ``seq_pos_max``; "no memory slot" evicts an idle sequence,
 halves the prompt part, or shifts the largest sequence, and tries again.
+
+Where one batch measured slower than the tabs' tokens one by one (:mod:`app.engine.batching`,
+once per context), a step takes one generating tab's token, the tabs in rotation.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 
+from app.engine.batching import BatchingChoice, BatchMode
 from app.engine.context_shift import ContextShift
 from app.engine.events import Completion, Event, Finished, PromptProgress, SequenceFailed
 from app.engine.handles import Handles
@@ -57,6 +61,8 @@ class Scheduler:
         self._residency = residency
         self._shifter = shifter
         self._rotation = 0
+        #: One batched decode or tabs in turn (app.engine.batching; set per context).
+        self.batching = BatchingChoice(BatchMode.BATCHED, "Not measured yet.")
 
     # ------------------------------------------------------------ taking work
 
@@ -203,6 +209,10 @@ class Scheduler:
         if len(generating) > 1:
             r = self._rotation % len(generating)
             generating = generating[r:] + generating[:r]
+            if self.batching.mode is BatchMode.TURNS:
+                # Where a batch of tokens costs more than the tokens one by one, one
+                # generating tab per step, in rotation (prompt chunks still join).
+                generating = generating[:1]
         if len(prefilling) > 1:
             r = self._rotation % len(prefilling)
             prefilling = prefilling[r:] + prefilling[:r]

@@ -266,6 +266,13 @@ class ContextSettings:
         forgets = not self.swa_full and bool(model.arch_params.sliding_window)
         return estimate(model, self.kv_bytes(model), self.n_seq_max, forgets)
 
+    def thread_warnings(self, cores: int | None = None) -> list[str]:
+        """Sentences to show before these thread counts are used: a count that
+        oversubscribes the machine (:func:`app.engine.threads.thread_warnings`)."""
+        from app.engine.threads import thread_warnings
+
+        return thread_warnings(self.n_threads, self.n_threads_batch, cores)
+
     def layout_key(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.LAYOUT_FIELDS}
 

@@ -78,6 +78,7 @@ class LocalEngine:
             supports_effort=bool(getattr(template, "supports_effort", False)),
             engine=ENGINE_NAME,
             chat_template=engine.template_choice,
+            batching=engine.batching,
         )
 
     def memory(self) -> EngineMemory:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, NewType
 
 from app.engine import Completion, ContextSettings, ModelInfo
+from app.engine.batching import BatchingChoice
 from app.engine.chat_template import ReasoningEffort, ReasoningOptions, TemplateChoice
 
 # Defined by the engine (one spelling of "shift" and "stop"), re-exported here.
@@ -152,6 +153,8 @@ class LoadedModel:
     engine: str = "llama.cpp"  # what runs it (a remote engine names itself)
     # Which chat template is in use and why (None: the engine does not say, e.g. remote).
     chat_template: TemplateChoice | None = None
+    # One batched decode or tabs in turn, measured for this context (None: not said).
+    batching: BatchingChoice | None = None
 
     @property
     def path(self) -> str:
