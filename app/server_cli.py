@@ -105,9 +105,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = context_settings(args, n_seq)
     if args.embeddings:
         settings.embeddings = True
-    runner = ServerRunner(
-        path, settings, config, persist=not args.no_persist, model_settings=model_settings(args)
-    )
+    runner = ServerRunner(path, settings, config, persist=not args.no_persist)
+    runner.model_settings = model_settings(args)  # --chat-template, before start() loads
     loaded = runner.start(background=True)  # /health answers "loading" meanwhile
 
     def on_signal(signum: int, frame: Any) -> None:

@@ -26,7 +26,8 @@ class EndMarkers:
 
 
 class ModelVocabulary:
-    """Answers "is this text one special token of the model?" by tokenizing it."""
+    """Answers "is this text one token of the model?" by tokenizing it with special
+    tokens parsed (the markers looked up are never ordinary words)."""
 
     def __init__(self, model: Model) -> None:
         self._model = model
@@ -38,12 +39,10 @@ class ModelVocabulary:
             return self._cache[text]
         ids = self._model.tokenize(text, add_special=False, parse_special=True)
         found: int | None = None
-        if len(ids) == 1:
-            plain = self._model.piece(ids[0], special=False)
-            special = self._model.piece(ids[0], special=True)
-            # A special token renders only with special=True; a word token renders either way.
-            if special == text.encode("utf-8") and plain != special:
-                found = ids[0]
+        # One token spelled exactly so (control or user-defined: added tokens such as
+        # <|im_start|> are either, depending on the converter).
+        if len(ids) == 1 and self._model.piece(ids[0], special=True) == text.encode("utf-8"):
+            found = ids[0]
         self._cache[text] = found
         return found
 
