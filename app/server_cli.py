@@ -9,13 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.engine_cli import (
-    RUN_MODEL,
-    add_schema_args,
-    context_settings,
-    default_model_path,
-    model_settings,
-)
+from app import engine_cli
+from app.engine_cli import add_schema_args, context_settings, default_model_path
 from app.settings_schema import CONTEXT_FIELDS
 
 SERVE_CONTEXT = tuple(CONTEXT_FIELDS[name] for name in ("n_ctx", "n_batch", "n_threads"))
@@ -77,7 +72,7 @@ def register(sub: Any) -> None:
         help="keep API conversations and caches in memory only (not in the app's database)",
     )
     add_schema_args(p.add_argument_group("context"), SERVE_CONTEXT)
-    add_schema_args(p.add_argument_group("model"), RUN_MODEL)
+    add_schema_args(p.add_argument_group("model"), engine_cli.RUN_MODEL)
     p.set_defaults(func=cmd_serve)
 
 
@@ -106,7 +101,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.embeddings:
         settings.embeddings = True
     runner = ServerRunner(path, settings, config, persist=not args.no_persist)
-    runner.model_settings = model_settings(args)  # --chat-template, before start() loads
+    runner.model_settings = engine_cli.model_settings(args)  # --chat-template, before start() loads
     loaded = runner.start(background=True)  # /health answers "loading" meanwhile
 
     def on_signal(signum: int, frame: Any) -> None:
