@@ -21,7 +21,7 @@ import os
 from typing import Final
 
 #: libgomp's spin rounds at a barrier before sleeping (its default: 300,000).
-APP_SPINCOUNT: Final = 10_000
+APP_SPINCOUNT: Final = 1_000
 # Set to "0" to leave libgomp's defaults alone (the benchmark's bare loop does).
 _OPT_OUT: Final = "LLAMADESK_OMP_DEFAULTS"
 
