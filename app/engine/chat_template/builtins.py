@@ -127,17 +127,3 @@ BUILTIN_TEMPLATES: Final[dict[str, str]] = {
     "zephyr": _ZEPHYR_TEMPLATE,
     "command-r": _COMMAND_R_TEMPLATE,
 }
-
-
-def choose_builtin(
-    bos_token: str, eos_token: str, model_name: str | None, architecture: str | None
-) -> str:
-    """The name of the built-in template that most likely fits the model, from its BOS/EOS
-    texts, name and architecture only (see :func:`.choice.choose_template` for the choice
-    that also reads the vocabulary)."""
-    from app.engine.chat_template.choice import choose_builtin_choice
-
-    def has(text: str) -> bool:
-        return text in (bos_token, eos_token)
-
-    return choose_builtin_choice(has, architecture, model_name).name

@@ -194,3 +194,12 @@ def gguf_choice(template: str) -> TemplateChoice:
         "The model file's own chat template is used.",
         template,
     )
+
+
+def choose_builtin(
+    bos_token: str, eos_token: str, model_name: str | None, architecture: str | None
+) -> str:
+    """The built-in template's name from the BOS/EOS texts and the architecture only
+    (what was known before the vocabulary was asked)."""
+    known = {bos_token, eos_token} - {""}
+    return choose_builtin_choice(known.__contains__, architecture, model_name).name
