@@ -79,6 +79,7 @@ def register(sub: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from app.server import ServerConfig, ServerRunner
 
+    per_model = engine_cli.model_settings(args)  # --chat-template, checked before binding
     config = ServerConfig(
         host=args.host,
         port=args.port,
@@ -101,7 +102,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.embeddings:
         settings.embeddings = True
     runner = ServerRunner(path, settings, config, persist=not args.no_persist)
-    runner.model_settings = engine_cli.model_settings(args)  # --chat-template, before start() loads
+    runner.model_settings = per_model  # before start() loads the model
     loaded = runner.start(background=True)  # /health answers "loading" meanwhile
 
     def on_signal(signum: int, frame: Any) -> None:

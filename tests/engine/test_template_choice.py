@@ -208,3 +208,17 @@ def test_run_json_names_the_template_and_chat_template_overrides(
     bad = _run(str(gemma_vocab_model), "hi", "--chat-template", "nope", "--json")
     assert bad.returncode != 0
     assert "--chat-template" in bad.stderr and "neither a bundled" in bad.stderr
+
+
+def test_serve_takes_chat_template_and_refuses_a_bad_one(gemma_vocab_model: Path) -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "app", "serve", "--help"], capture_output=True, text=True
+    )
+    assert "--chat-template NAME|FILE" in shown.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "app", "serve", str(gemma_vocab_model), "--chat-template", "x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode != 0 and "neither a bundled chat template" in bad.stderr
