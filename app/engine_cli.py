@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from app import remote_cli
 from app.errors import LlamaDeskError
-from app.settings_schema import CONTEXT_FIELDS, MISSING, SAMPLING_FIELDS, FieldSpec
+from app.settings_schema import CONTEXT_FIELDS, MISSING, MODEL_FIELDS, SAMPLING_FIELDS, FieldSpec
 
 if TYPE_CHECKING:
-    from app.engine import ContextSettings, SamplingParams
+    from app.engine import ContextSettings, ModelSettings, SamplingParams
     from app.session import Session
     from app.session.events import ConversationEvent, SessionEvent
 
@@ -32,6 +32,7 @@ T = TypeVar("T")
 RUN_SAMPLING = tuple(s for s in SAMPLING_FIELDS.values() if s.cli is not None)
 RUN_CONTEXT = tuple(CONTEXT_FIELDS[name] for name in ("n_ctx", "n_batch", "n_threads"))
 BENCH_CONTEXT = (CONTEXT_FIELDS["n_threads"],)
+RUN_MODEL = (MODEL_FIELDS["chat_template"],)  # run and serve: --chat-template NAME|FILE
 
 
 def cli_dest(spec: FieldSpec) -> str:
@@ -93,7 +94,11 @@ def _checked(settings: Any, *validate_args: Any) -> None:
     try:
         settings.validate(*validate_args)
     except SettingsError as exc:
-        spec = CONTEXT_FIELDS.get(exc.field) or SAMPLING_FIELDS.get(exc.field)
+        spec = (
+            CONTEXT_FIELDS.get(exc.field)
+            or SAMPLING_FIELDS.get(exc.field)
+            or MODEL_FIELDS.get(exc.field)
+        )
         prefix = f"{cli_flag(spec)}: " if spec is not None and spec.cli is not None else ""
         raise SettingsError(exc.field, f"{prefix}{exc}", exc.fields) from None
 
@@ -124,6 +129,7 @@ def register(sub: Any) -> None:
     p.add_argument("--system", metavar="TEXT", help="system prompt (chat mode)")
     add_schema_args(p.add_argument_group("sampling (each reply)"), RUN_SAMPLING)
     add_schema_args(p.add_argument_group("context"), RUN_CONTEXT)
+    add_schema_args(p.add_argument_group("model"), RUN_MODEL)
     p.add_argument(
         "--parallel",
         type=int,
@@ -281,6 +287,17 @@ def context_settings(args: argparse.Namespace, n_seq: int) -> ContextSettings:
     if threads is not None:  # -t sets both; 0 or negative is refused by validation
         settings.n_threads = settings.n_threads_batch = threads
     _checked(settings)
+    for warning in settings.thread_warnings():  # said before the model loads
+        print(f"llamadesk: warning: {warning}", file=sys.stderr)
+    return settings
+
+
+def model_settings(args: argparse.Namespace) -> ModelSettings:
+    """``run``'s and ``serve``'s per-model choices (the chat template), validated."""
+    from app.engine import ModelSettings
+
+    settings = ModelSettings(**schema_values(args, RUN_MODEL))
+    _checked(settings)
     return settings
 
 
@@ -369,6 +386,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise LlamaDeskError(f"--parallel must be at least 1, not {args.parallel}.")
     params = sampling_params(args, _read_grammar(args.grammar))
     settings = context_settings(args, args.parallel)
+    per_model = model_settings(args)
     if args.resume_session and not Path(args.resume_session).is_file():
         raise LlamaDeskError(
             f"The session file {args.resume_session} does not exist or is not a file."
@@ -383,7 +401,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for cid in cids:
             session.subscribe(cid, events.put)
         t0 = time.perf_counter()
-        session.load_model(str(path), settings, fallback=False)
+        session.load_model(str(path), settings, fallback=False, model_settings=per_model)
         for event in _session_events(session, events):
             if isinstance(event, ev.ModelLoadFailed):
                 raise LlamaDeskError(event.message)
@@ -484,14 +502,24 @@ def cmd_run(args: argparse.Namespace) -> int:
             for c in completions
         ]
         info = loaded.info
+        choice = loaded.chat_template
         # How the model's template reasons and what a turn without a choice does (the
         # same rule the window and /props show).
-        thinking = ChatTemplate.for_model(info.chat_template, info.bos_token, info.eos_token)
+        thinking = (
+            ChatTemplate(choice.template, info.bos_token, info.eos_token, choice=choice)
+            if choice is not None and choice.template
+            else ChatTemplate.for_model(info.chat_template, info.bos_token, info.eos_token)
+        )
         print(
             json.dumps(
                 {
                     "model": str(path),
                     "reasoning_defaults": thinking.reasoning_defaults.to_dict(),
+                    # Which chat template was used and why (issue 20): "gemma",
+                    # "builtin-by-vocabulary", and the sentence.
+                    "chat_template_name": choice.name if choice else None,
+                    "chat_template_source": choice.source.value if choice else None,
+                    "chat_template_reason": choice.reason if choice else None,
                     "results": results,
                     "timings": timings,
                 },

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app import remote_cli
+from app import engine_cli, remote_cli
 from app.engine_cli import add_schema_args, context_settings, default_model_path
 from app.errors import LlamaDeskError
 from app.settings_schema import CONTEXT_FIELDS
@@ -88,6 +88,7 @@ def register(sub: Any) -> None:
         help="keep API conversations and caches in memory only (not in the app's database)",
     )
     add_schema_args(p.add_argument_group("context"), SERVE_CONTEXT)
+    add_schema_args(p.add_argument_group("model"), engine_cli.RUN_MODEL)
     remote_cli.add_serve_args(p)  # serve --remote URL: app/remote_cli.py
     p.set_defaults(func=cmd_serve)
 
@@ -95,6 +96,7 @@ def register(sub: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from app.server import ServerConfig, ServerRunner
 
+    per_model = engine_cli.model_settings(args)  # --chat-template, checked before binding
     config = ServerConfig(
         host=args.host,
         port=args.port,
@@ -126,7 +128,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         settings.embeddings = True
         settings.pooling_type = args.pooling or default_pooling(Path(path))
-    runner = ServerRunner(path, settings, config, persist=not args.no_persist, loader=loader)
+    runner = ServerRunner(
+        path, settings, config, persist=not args.no_persist, loader=loader, model_settings=per_model
+    )
     loaded = runner.start(background=True)  # /health answers "loading" meanwhile
 
     def on_signal(signum: int, frame: Any) -> None:

@@ -30,6 +30,12 @@ from app.engine.events import (
 from app.engine.metadata import ModelInfo, fingerprint, read_model_info
 from app.engine.settings import ContextSettings, ModelSettings, SamplingParams
 from app.engine.state_file import SequenceState
+from app.engine.threads import configure_openmp
+
+# Before anything loads llama.cpp (none of the imports above does; libgomp reads its spin
+# setting once, when it loads): worker threads that spin at every barrier collapse when
+# another process needs a core (app.engine.threads).
+configure_openmp()
 
 if TYPE_CHECKING:
     from app.engine.engine import Engine

@@ -28,9 +28,17 @@ from pathlib import Path
 
 import numpy as np
 
+from app.engine import batching, template_choice
+from app.engine.batching import BatchingChoice, BatchMode
 from app.engine.cache import CacheTraits
 from app.engine.chat_fit import ChatFitter
-from app.engine.chat_template import ChatTemplate, ReasoningDefaults, ReasoningOptions
+from app.engine.chat_template import (
+    ChatTemplate,
+    ReasoningDefaults,
+    ReasoningOptions,
+    TemplateChoice,
+    user_template_problem,
+)
 from app.engine.context import Context
 from app.engine.context_shift import ContextShift
 from app.engine.embeddings import embed
@@ -46,7 +54,7 @@ from app.engine.residency import Residency
 from app.engine.saved_states import SavedStates
 from app.engine.scheduler import Scheduler
 from app.engine.sequence import Message, Phase, Sequence, SequenceInfo, require_idle
-from app.engine.settings import ContextSettings, ModelSettings, SamplingParams
+from app.engine.settings import ContextSettings, ModelSettings, SamplingParams, SettingsError
 from app.engine.snapshots import Snapshots
 from app.fsutil import atomic_write_bytes
 
@@ -68,6 +76,7 @@ class Engine:
         self._scheduler = Scheduler(h, self._snapshots, self._residency, self._shifter)
         self._states = SavedStates(h, self._snapshots, self._residency, self._prompts)
         self._forks = Forks(h, self._snapshots, self._residency)
+        self._batching_pin: BatchMode | None = None
 
     # ---------------------------------------------------------------- what it holds
 
@@ -145,11 +154,26 @@ class Engine:
         """Load a model, replacing the current one (its sequences are closed)."""
         self.close()
         model = self._h.model = Model(path, model_settings, progress)
-        info = model.info
-        self._h.template = ChatTemplate.for_model(
-            info.chat_template, info.bos_token, info.eos_token
-        )
-        return info
+        self.set_chat_template(model.settings.chat_template)
+        return model.info
+
+    def set_chat_template(self, choice: str = "") -> TemplateChoice:
+        """Use a bundled template (by name) or a Jinja file for the next turns; "" chooses
+        automatically (the model's own, else by its vocabulary). Says which is in use."""
+        problem = user_template_problem(choice)
+        if problem is not None:
+            raise SettingsError("chat_template", problem)
+        self._h.template, self._h.end_markers = template_choice.choose(self._h.need_model(), choice)
+        log.info("chat template: %s", self._h.template.choice.reason)
+        return self._h.template.choice
+
+    @property
+    def template_choice(self) -> TemplateChoice:
+        """Which chat template is in use and why (``run --json``, ``/props``, the window)."""
+        template = self._h.template
+        if template is None:
+            raise EngineError("No model is loaded. Load a model first.")
+        return template.choice
 
     def create_context(self, settings: ContextSettings) -> None:
         model = self._h.need_model()
@@ -157,6 +181,26 @@ class Engine:
             self.reconfigure(settings)
             return
         self._h.context = Context(model, settings)
+        self._measure_batching()
+
+    def _measure_batching(self) -> None:
+        """Batched or in turn, for this context (before any sequence holds cells)."""
+        if self._batching_pin is not None:
+            self._scheduler.batching = batching.pinned(self._batching_pin)
+            return
+        self._scheduler.batching = batching.measure(self._h.need_ctx(), self._h.need_model())
+
+    @property
+    def batching(self) -> BatchingChoice:
+        """How generating tabs share a step, and why (the session reports it)."""
+        return self._scheduler.batching
+
+    def pin_batching(self, mode: BatchMode | None) -> None:
+        """Use ``mode`` from now on instead of measuring (None: measure at the next
+        context). Tests pin it; greedy output may differ in the last bits between modes."""
+        self._batching_pin = mode
+        if mode is not None:
+            self._scheduler.batching = batching.pinned(mode)
 
     def close(self) -> None:
         """Free the context before the model (the context points into it)."""
@@ -579,8 +623,10 @@ class Engine:
             h.context = Context(model, settings)
         except ContextError:
             h.context = Context(model, old_settings)
+            self._measure_batching()
             self._residency.restore_parked(resident)
             raise
+        self._measure_batching()
         self._residency.restore_parked(resident)
 
     # ---------------------------------------------------------------- embeddings

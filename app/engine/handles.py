@@ -13,6 +13,7 @@ from app.engine.errors import EngineError
 from app.engine.events import Event
 from app.engine.model import Model
 from app.engine.sequence import Message, SequenceTable
+from app.engine.template_choice import EndMarkers
 
 
 class Handles:
@@ -20,6 +21,8 @@ class Handles:
         self.model: Model | None = None
         self.context: Context | None = None
         self.template: ChatTemplate | None = None
+        # How a chat reply ends besides EOG tokens (app.engine.template_choice).
+        self.end_markers = EndMarkers()
         self.table = SequenceTable()
         # Whose encoder output the context holds: (key, seq_id), since cross-attention
         # matches the encoder's sequence ids.

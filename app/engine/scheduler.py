@@ -7,6 +7,9 @@ nobody waits behind the others step after step), with logits only on the last to
 span. Then one ``llama_decode``, and per sequence: bookkeeping, checkpoints, sampling and text. A failed
 decode is resynchronised from ``seq_pos_max``; "no memory slot" evicts an idle sequence,
 halves the prompt part, or shifts the largest sequence, and tries again.
+
+Where one batch measured slower than the tabs' tokens one by one (:mod:`app.engine.batching`,
+once per context), a step takes one generating tab's token, the tabs in rotation.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 
+from app.engine.batching import BatchingChoice, BatchMode
 from app.engine.context_shift import ContextShift
 from app.engine.events import Completion, Event, Finished, PromptProgress, SequenceFailed
 from app.engine.handles import Handles
@@ -57,6 +61,8 @@ class Scheduler:
         self._residency = residency
         self._shifter = shifter
         self._rotation = 0
+        #: One batched decode or tabs in turn (app.engine.batching; set per context).
+        self.batching = BatchingChoice(BatchMode.BATCHED, "Not measured yet.")
 
     # ------------------------------------------------------------ taking work
 
@@ -81,8 +87,13 @@ class Scheduler:
         seq.completion = Completion(
             n_prompt=len(seq.tokens) + len(seq.pending), n_prompt_processed=len(seq.pending)
         )
+        stops = list(params.stop)
+        if seq.messages is not None:
+            # A chat turn also ends at the template's end-of-turn text where the model
+            # has no token for it (a template chosen for it, or by the user).
+            stops += [s for s in self._h.end_markers.strings if s not in stops]
         seq.reply = ReplyStream(
-            seq.key, seq.completion, params.stop, seq.reasoning_format, seq.opens_reasoning
+            seq.key, seq.completion, stops, seq.reasoning_format, seq.opens_reasoning
         )
         seq.begin_generation()
         seq.prompt_total, seq.prompt_done = len(seq.pending), 0
@@ -198,6 +209,10 @@ class Scheduler:
         if len(generating) > 1:
             r = self._rotation % len(generating)
             generating = generating[r:] + generating[:r]
+            if self.batching.mode is BatchMode.TURNS:
+                # Where a batch of tokens costs more than the tokens one by one, one
+                # generating tab per step, in rotation (prompt chunks still join).
+                generating = generating[:1]
         if len(prefilling) > 1:
             r = self._rotation % len(prefilling)
             prefilling = prefilling[r:] + prefilling[:r]
@@ -270,7 +285,11 @@ class Scheduler:
         completion.last_token_at = now
         # Decoded next step; kept when finishing, so a resume continues exactly.
         seq.pending = [token]
-        if model.is_eog(token):
+        if model.is_eog(token) or (
+            seq.messages is not None and token in self._h.end_markers.tokens
+        ):
+            # (the second: the template's end-of-turn token that the vocabulary does not
+            # count as end of generation)
             self.finish(seq, "eog", events)
             return
         completion.tokens.append(token)

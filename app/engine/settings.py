@@ -21,6 +21,7 @@ from app.settings_schema import (
     FLASH_ATTN,
     KV_TYPES,
     MAX_SEQUENCES,
+    MODEL_FIELDS,
     POOLING,
     ROPE_SCALING,
     SAMPLING_FIELDS,
@@ -88,6 +89,9 @@ class ModelSettings:
     n_gpu_layers: int = 0
     use_mmap: bool = True
     use_mlock: bool = False
+    # A bundled template's name or a Jinja file ("": automatic); applies without a reload
+    # (Engine.set_chat_template).
+    chat_template: str = spec_field(MODEL_FIELDS["chat_template"])
 
     def validate(self) -> None:
         if not -1 <= self.n_gpu_layers <= 1024:
@@ -95,6 +99,12 @@ class ModelSettings:
                 "n_gpu_layers",
                 f"GPU layers must be between -1 (all) and 1024, not {self.n_gpu_layers}.",
             )
+        validate_fields(self)
+        from app.engine.chat_template import user_template_problem
+
+        problem = user_template_problem(self.chat_template or "")
+        if problem is not None:
+            raise SettingsError("chat_template", problem)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -255,6 +265,13 @@ class ContextSettings:
 
         forgets = not self.swa_full and bool(model.arch_params.sliding_window)
         return estimate(model, self.kv_bytes(model), self.n_seq_max, forgets)
+
+    def thread_warnings(self, cores: int | None = None) -> list[str]:
+        """Sentences to show before these thread counts are used: a count that
+        oversubscribes the machine (:func:`app.engine.threads.thread_warnings`)."""
+        from app.engine.threads import thread_warnings
+
+        return thread_warnings(self.n_threads, self.n_threads_batch, cores)
 
     def layout_key(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.LAYOUT_FIELDS}

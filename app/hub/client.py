@@ -154,15 +154,33 @@ def group_files(files: Iterable[RemoteFile]) -> tuple[list[GGUFEntry], list[Remo
 
 class HubClient:
     """The Hub's API for this app. ``token`` None = anonymous (huggingface_hub's own stored
-    login is never picked up implicitly)."""
+    login is never picked up implicitly).
+
+    Without an explicit ``endpoint`` the address is :func:`app.hub.config.endpoint` read at
+    each use, not a copy made here: a change in Preferences reaches a long-lived client
+    (the download manager's) at its next request, as it reaches search.
+    """
 
     def __init__(
         self, endpoint: str | None = None, token: str | None = None, *, timeout: float = 20.0
     ) -> None:
-        self.endpoint = config.endpoint(endpoint)
+        self._explicit = endpoint
         self._token: str | bool = token or False
         self.timeout = timeout
-        self.api = HfApi(endpoint=self.endpoint, token=self._token)
+        self._api: HfApi | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """The Hub address in use now (see :func:`app.hub.config.resolve_endpoint`)."""
+        return config.endpoint(self._explicit)
+
+    @property
+    def api(self) -> HfApi:
+        """``HfApi`` for the current address (a new one when the address changed)."""
+        address = self.endpoint
+        if self._api is None or self._api.endpoint != address:
+            self._api = HfApi(endpoint=address, token=self._token)
+        return self._api
 
     @property
     def has_token(self) -> bool:
@@ -245,14 +263,15 @@ class HubClient:
         )
 
     def file_metadata(self, repo_id: str, filename: str, revision: str = "main") -> FileMetadata:
-        url = self.url(repo_id, filename, revision)
+        address = self.endpoint  # read once: the URL and the redirects agree
+        url = hf_hub_url(repo_id, check_repo_path(filename), revision=revision, endpoint=address)
         try:
             meta = get_hf_file_metadata(
                 url,
                 token=self._token,
                 timeout=self.timeout,
                 library_name="llamadesk",
-                endpoint=self.endpoint,
+                endpoint=address,
             )
         except Exception as exc:
             raise describe(exc, repo_id, filename) from exc

@@ -13,7 +13,7 @@ import ssl
 
 import httpx2
 
-from app.engine import ContextSettings
+from app.engine import ContextSettings, ModelSettings
 from app.remote.connection import RemoteConnection
 from app.remote.engine import RemoteEngine
 from app.remote.probe import probe
@@ -46,7 +46,13 @@ class RemoteLoader:
         self.conn.validate()
 
     def load(
-        self, path: str, settings: ContextSettings, progress: Progress, fallback: bool
+        self,
+        path: str,
+        settings: ContextSettings,
+        progress: Progress,
+        fallback: bool,
+        *,
+        model_settings: ModelSettings | None = None,  # the server renders with its own template
     ) -> Loaded:
         conn = self.conn
         if path:

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from app import paths
-from app.engine import ContextSettings
+from app.engine import ContextSettings, ModelSettings
 from app.errors import LlamaDeskError
 from app.server.config import ServerConfig
 from app.server.http import ApiServer
@@ -53,6 +53,7 @@ class ServerRunner:
         persist: bool = True,
         home: Path | None = None,
         loader: EngineLoader | None = None,
+        model_settings: ModelSettings | None = None,
     ) -> None:
         """``persist``: API conversations in the app's database and their caches in its
         states folder (``home``: another data folder than the app's, for tests).
@@ -65,6 +66,7 @@ class ServerRunner:
         # what the loader is given: the file, or the model's name on a remote server
         self._load_path = str(self.model_path) if loader is None else str(model_path)
         self.settings = settings
+        self.model_settings = model_settings  # the chat template (--chat-template)
         states = home / "states" if home is not None else paths.state_dir()
         database = home / "llamadesk.sqlite3" if home is not None else paths.database_path()
         store = StateStore(states) if persist else None
@@ -91,7 +93,9 @@ class ServerRunner:
         try:
             if background:
                 self.start_background()
-            self.session.load_model(self._load_path, self.settings)
+            self.session.load_model(
+                self._load_path, self.settings, model_settings=self.model_settings
+            )
             return self.service.wait_loaded(LOAD_TIMEOUT_S)
         except BaseException:
             self.close()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.engine import ContextSettings, SamplingParams
 from app.engine.chat_template import ReasoningOptions
+from app.engine.settings import ModelSettings
 from app.session.events import CacheRestored
 from app.session.types import (
     ChatMessage,
@@ -32,6 +33,7 @@ class LoadModel:
     settings: ContextSettings
     default_policy: ContextFullPolicy = ContextFullPolicy.SHIFT
     fallback: bool = True  # settings the model refuses: load with the defaults (else fail)
+    model_settings: ModelSettings | None = None  # per-model choices (its chat template)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from app.engine import Event as EngineEvent
 from app.engine import RestoreOutcome as EngineRestore
 from app.engine.chat_template import ReasoningOptions
 from app.engine.context_policy import ContextFullPolicy
+from app.engine.settings import ModelSettings
 from app.session.types import ChatMessage, LoadedModel
 
 if TYPE_CHECKING:
@@ -227,7 +228,13 @@ class EngineLoader(Protocol):
         ...
 
     def load(
-        self, path: str, settings: ContextSettings, progress: Progress, fallback: bool
+        self,
+        path: str,
+        settings: ContextSettings,
+        progress: Progress,
+        fallback: bool,
+        *,
+        model_settings: ModelSettings | None = None,
     ) -> Loaded:
         """Load the model and its context; settings the model refuses fall back to the
         defaults when ``fallback`` (the warning says so), else the load fails

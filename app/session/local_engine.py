@@ -17,6 +17,7 @@ from app.engine import Event as EngineEvent
 from app.engine import RestoreOutcome as EngineRestore
 from app.engine.context_policy import ContextFullPolicy
 from app.engine.prefix import common_prefix
+from app.engine.settings import ModelSettings
 from app.errors import LlamaDeskError
 from app.session.engine_port import (
     Capability,
@@ -76,6 +77,8 @@ class LocalEngine:
             supports_thinking_toggle=bool(getattr(template, "supports_thinking_toggle", False)),
             supports_effort=bool(getattr(template, "supports_effort", False)),
             engine=ENGINE_NAME,
+            chat_template=engine.template_choice,
+            batching=engine.batching,
         )
 
     def memory(self) -> EngineMemory:
@@ -219,14 +222,20 @@ class LocalLoader:
         read_model_info(path)
 
     def load(
-        self, path: str, settings: ContextSettings, progress: Progress, fallback: bool
+        self,
+        path: str,
+        settings: ContextSettings,
+        progress: Progress,
+        fallback: bool,
+        *,
+        model_settings: ModelSettings | None = None,
     ) -> Loaded:
         from app.engine import Engine  # loads llama.cpp: only when a model is
 
         engine = Engine()
         warning: str | None = None
         try:
-            engine.load_model(path, progress=progress)
+            engine.load_model(path, model_settings, progress=progress)
             try:
                 engine.create_context(settings)
             except LlamaDeskError as exc:

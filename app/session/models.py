@@ -75,7 +75,16 @@ class Models:
             return True
 
         try:
-            loaded = self._loader.load(path, command.settings, on_progress, command.fallback)
+            if command.model_settings is None:
+                loaded = self._loader.load(path, command.settings, on_progress, command.fallback)
+            else:  # a loader that takes per-model settings (the chat template)
+                loaded = self._loader.load(
+                    path,
+                    command.settings,
+                    on_progress,
+                    command.fallback,
+                    model_settings=command.model_settings,
+                )
         except LlamaDeskError as exc:
             emit(ev.ModelLoadFailed(path, str(exc), self.load_cancel.is_set()))
             return

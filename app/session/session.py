@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from app.engine import ContextSettings, SamplingParams
 from app.engine.chat_template import ReasoningOptions
+from app.engine.settings import ModelSettings
 from app.errors import LlamaDeskError
 from app.session import commands as cmd
 from app.session import events as ev
@@ -147,12 +148,13 @@ class Session:
         default_policy: ContextFullPolicy = ContextFullPolicy.SHIFT,
         *,
         fallback: bool = True,
+        model_settings: ModelSettings | None = None,
     ) -> None:
         """Load a model (``ModelLoaded`` or ``ModelLoadFailed`` follows). Context settings
         the model refuses fall back to the defaults (a warning says so); without
-        ``fallback`` the load fails instead."""
+        ``fallback`` the load fails instead. ``model_settings``: its chat template."""
         self._models.load_cancel.clear()
-        self.post(cmd.LoadModel(str(path), settings, default_policy, fallback))
+        self.post(cmd.LoadModel(str(path), settings, default_policy, fallback, model_settings))
 
     def cancel_load(self) -> None:
         """Give up a model load in progress (its progress callback returns False)."""

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any, NewType
 
 from app.engine import Completion, ContextSettings, ModelInfo
-from app.engine.chat_template import ReasoningEffort, ReasoningOptions
+from app.engine.batching import BatchingChoice
+from app.engine.chat_template import ReasoningEffort, ReasoningOptions, TemplateChoice
 
 # Defined by the engine (one spelling of "shift" and "stop"), re-exported here.
 from app.engine.context_policy import ContextFullPolicy as ContextFullPolicy
@@ -150,6 +151,10 @@ class LoadedModel:
     supports_thinking_toggle: bool  # the template uses enable_thinking
     supports_effort: bool  # the template uses a reasoning effort
     engine: str = "llama.cpp"  # what runs it (a remote engine names itself)
+    # Which chat template is in use and why (None: the engine does not say, e.g. remote).
+    chat_template: TemplateChoice | None = None
+    # One batched decode or tabs in turn, measured for this context (None: not said).
+    batching: BatchingChoice | None = None
 
     @property
     def path(self) -> str:

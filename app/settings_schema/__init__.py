@@ -23,6 +23,8 @@ neither may import the other (nor Qt). Its rooms:
 - :mod:`.context_fields`: the context fields and the settings panel's groups of them;
 - :mod:`.sampling_fields`: the sampling fields and their API-server parameters;
 - :mod:`.conversation_fields`: settings of one conversation (not engine parameters);
+- :mod:`.model_fields`: settings of one model that are not context fields (its chat
+  template);
 - :mod:`.machine_defaults`: thread counts from this machine's cores;
 - :mod:`.units`: the app's one byte formatter and the number format of messages.
 """
@@ -55,6 +57,7 @@ from app.settings_schema.llama_values import (
     ROPE_SCALING,
 )
 from app.settings_schema.machine_defaults import default_batch_threads, default_threads
+from app.settings_schema.model_fields import MODEL_FIELDS
 from app.settings_schema.sampling_fields import SAMPLING_FIELDS, api_parameters
 from app.settings_schema.units import format_bytes
 
@@ -70,6 +73,7 @@ __all__ = [
     "KV_TYPES",
     "MAX_SEQUENCES",
     "MISSING",
+    "MODEL_FIELDS",
     "POOLING",
     "ROPE_SCALING",
     "SAMPLING_FIELDS",

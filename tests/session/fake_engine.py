@@ -21,6 +21,7 @@ from app.engine import (
     Event,
     Finished,
     ModelInfo,
+    ModelSettings,
     SamplingParams,
     SequenceFailed,
     TokenText,
@@ -326,7 +327,13 @@ class FakeLoader:
             raise LlamaDeskError(f"{path} does not exist.")
 
     def load(
-        self, path: str, settings: ContextSettings, progress: Progress, fallback: bool
+        self,
+        path: str,
+        settings: ContextSettings,
+        progress: Progress,
+        fallback: bool,
+        *,
+        model_settings: ModelSettings | None = None,
     ) -> Loaded:
         progress(1.0)
         self.engine.closed = False

@@ -53,13 +53,14 @@ On top of that it smooths over what real templates get wrong for a chat app:
   template writes right after a finished assistant message (``<|im_end|>``,
   ``<|eot_id|>``, ``<end_of_turn>``, ``</s>`` ...), found by rendering a probe; empty when
   there is none (e.g. RWKV's plain "\\n\\n").
-* **No template / a broken one.** :meth:`ChatTemplate.for_model` never raises: a model
-  without a template, or with one that does not compile or cannot render a simple
-  conversation, gets a built-in template (ChatML unless the special tokens say otherwise)
-  and :attr:`ChatTemplate.fallback` is True so the UI can say so.
+* **No template / a broken one / the user's choice.** :meth:`ChatTemplate.for_model` never
+  raises: the user's choice (a bundled name or a file) first, then the model's own
+  template, then a built-in one chosen by the vocabulary's special tokens and the
+  architecture (:mod:`.choice`). :attr:`ChatTemplate.choice` says which one and why
+  (:class:`TemplateChoice`); :attr:`ChatTemplate.fallback` is True for a built-in one.
 
-Rooms: :mod:`.environment` (the Jinja environment, errors), :mod:`.builtins` (fallback
-templates), :mod:`.messages` (what the template is given), :mod:`.thinking` (the thinking
+Rooms: :mod:`.environment` (the Jinja environment, errors), :mod:`.builtins` (built-in
+templates), :mod:`.choice` (which template, and why), :mod:`.messages` (what the template is given), :mod:`.thinking` (the thinking
 rule and variables), :mod:`.template` (:class:`ChatTemplate`: probes and rendering).
 
 The engine reuses the KV cache by the longest common token prefix between turns, so the
@@ -70,7 +71,13 @@ the clock (templates put today's date in the system header); the clock is inject
 
 from __future__ import annotations
 
-from app.engine.chat_template.builtins import CHATML_TEMPLATE
+from app.engine.chat_template.builtins import BUILTIN_TEMPLATES, CHATML_TEMPLATE
+from app.engine.chat_template.choice import (
+    TemplateChoice,
+    TemplateSource,
+    bundled_templates,
+    user_template_problem,
+)
 from app.engine.chat_template.environment import ChatTemplateError
 from app.engine.chat_template.template import ChatTemplate
 from app.engine.chat_template.thinking import (
@@ -81,6 +88,7 @@ from app.engine.chat_template.thinking import (
 )
 
 __all__ = [
+    "BUILTIN_TEMPLATES",
     "CHATML_TEMPLATE",
     "THINKING_RULE",
     "ChatTemplate",
@@ -88,4 +96,8 @@ __all__ = [
     "ReasoningDefaults",
     "ReasoningEffort",
     "ReasoningOptions",
+    "TemplateChoice",
+    "TemplateSource",
+    "bundled_templates",
+    "user_template_problem",
 ]

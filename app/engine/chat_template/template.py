@@ -6,6 +6,7 @@ See :mod:`app.engine.chat_template` for the conventions it reproduces and
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -15,7 +16,14 @@ from typing import Any, Final
 import jinja2
 import jinja2.meta
 
-from app.engine.chat_template.builtins import BUILTIN_TEMPLATES, choose_builtin
+from app.engine.chat_template.choice import (
+    HasToken,
+    TemplateChoice,
+    TemplateSource,
+    choose_builtin_choice,
+    gguf_choice,
+    user_template,
+)
 from app.engine.chat_template.environment import (
     ENVIRONMENT,
     ChatTemplateError,
@@ -42,6 +50,14 @@ from app.engine.chat_template.thinking import (
 from app.engine.reasoning import ReasoningFormat, detect_format, prompt_opens_reasoning
 
 log = logging.getLogger("app.engine.chat_template")
+
+_BUILTIN_SOURCES: Final = frozenset(
+    {
+        TemplateSource.BUILTIN_BY_VOCABULARY,
+        TemplateSource.BUILTIN_BY_ARCHITECTURE,
+        TemplateSource.BUILTIN_DEFAULT,
+    }
+)
 
 # Needles for the probes; plain words so that no template mangles them.
 _SYSTEM_NEEDLE: Final = "LlamaDeskProbeSystemText"
@@ -72,18 +88,27 @@ class ChatTemplate:
         model_name: str | None = None,
         architecture: str | None = None,
         now: Callable[[], datetime] | None = None,
+        choice: TemplateChoice | None = None,
     ) -> None:
         self.bos_token: Final = bos_token or ""
         self.eos_token: Final = eos_token or ""
         self._now: Callable[[], datetime] = now or datetime.now
-        builtin_name: str | None = None
-        if not (template and template.strip()):
-            builtin_name = choose_builtin(self.bos_token, self.eos_token, model_name, architecture)
-            template = BUILTIN_TEMPLATES[builtin_name]
+        if choice is None:
+            if template and template.strip():
+                choice = gguf_choice(template)
+            else:
+                # Without the vocabulary at hand, the BOS/EOS texts are the tokens we know.
+                known = {self.bos_token, self.eos_token} - {""}
+                choice = choose_builtin_choice(known.__contains__, architecture, model_name)
+        template = choice.template if not (template and template.strip()) else template
+        #: Which template is in use, where it came from and why (the window, ``run
+        #: --json`` and ``/props`` say it).
+        self.choice: Final[TemplateChoice] = choice
+        builtin = choice.source in _BUILTIN_SOURCES
         #: True when the template is a built-in one, not the model's own (tell the user).
-        self.fallback: Final[bool] = builtin_name is not None
+        self.fallback: Final[bool] = builtin
         #: Name of the built-in template in use ("chatml", "llama3", "gemma"), else None.
-        self.builtin_name: Final[str | None] = builtin_name
+        self.builtin_name: Final[str | None] = choice.name if builtin else None
         #: The Jinja source in use.
         self.source: Final[str] = template
         try:
@@ -149,30 +174,53 @@ class ChatTemplate:
         model_name: str | None = None,
         architecture: str | None = None,
         now: Callable[[], datetime] | None = None,
+        has_token: HasToken | None = None,
+        user_choice: str | None = None,
     ) -> ChatTemplate:
-        """The model's template, or a built-in fallback (logged) when it is unusable."""
-        if template and template.strip():
+        """The template to use (see :mod:`.choice` for the order); never raises.
+
+        ``has_token`` says whether a text is one special token of the model's vocabulary
+        (without it, only the BOS/EOS texts are known); ``user_choice`` is a bundled
+        template's name or a Jinja file (empty: automatic). A choice that cannot be used
+        is logged and the next one in the order is taken, its reason saying so.
+        """
+        known = {bos_token, eos_token} - {""}
+        vocabulary: HasToken = has_token or known.__contains__
+
+        def build(choice: TemplateChoice) -> ChatTemplate:
+            return cls(
+                choice.template,
+                bos_token,
+                eos_token,
+                model_name=model_name,
+                architecture=architecture,
+                now=now,
+                choice=choice,
+            )
+
+        refused = ""
+        candidates: list[TemplateChoice] = []
+        if user_choice and user_choice.strip():
             try:
-                return cls(
-                    template,
-                    bos_token,
-                    eos_token,
-                    model_name=model_name,
-                    architecture=architecture,
-                    now=now,
-                )
+                candidates.append(user_template(user_choice))
+            except ValueError as error:
+                log.warning("The chosen chat template cannot be used: %s", error)
+                refused = f"{error} "
+        if template and template.strip():
+            candidates.append(gguf_choice(template))
+        for candidate in candidates:
+            try:
+                return build(candidate)
             except ChatTemplateError as error:
-                log.warning("Using a built-in chat template instead of the model's: %s", error)
+                log.warning("Chat template %s cannot be used: %s", candidate.name, error)
+                refused += f"{error} "
             except Exception:  # never let a model's template take the app down
-                log.exception("Using a built-in chat template: the model's template crashed")
-        return cls(
-            None,
-            bos_token,
-            eos_token,
-            model_name=model_name,
-            architecture=architecture,
-            now=now,
-        )
+                log.exception("Chat template %s crashed", candidate.name)
+                refused += f"The {candidate.name} chat template crashed. "
+        fallback = choose_builtin_choice(vocabulary, architecture, model_name)
+        if refused:
+            fallback = dataclasses.replace(fallback, reason=refused + fallback.reason)
+        return build(fallback)
 
     def _strftime_now(self, fmt: str) -> str:
         return self._now().strftime(str(fmt))
