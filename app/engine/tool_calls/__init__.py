@@ -11,13 +11,17 @@ from app.engine.tool_calls.events import (
 )
 from app.engine.tool_calls.formats import SYNTAXES, ToolCallFormat, detect_tool_format, template_declares_tools
 from app.engine.tool_calls.parser import ToolCallParser, new_call_id
+from app.engine.tool_calls.render import CallText, render_calls
+from app.engine.tool_calls.stream import StreamingToolParser, new_parser
 
 __all__ = [
     "SYNTAXES",
     "ArgumentsDelta",
     "CallStarted",
+    "CallText",
     "ParseResult",
     "ReasoningDelta",
+    "StreamingToolParser",
     "StreamEvent",
     "TextDelta",
     "ToolCall",
@@ -25,5 +29,7 @@ __all__ = [
     "ToolCallParser",
     "detect_tool_format",
     "new_call_id",
+    "new_parser",
+    "render_calls",
     "template_declares_tools",
 ]

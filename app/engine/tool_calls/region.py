@@ -27,7 +27,7 @@ from app.engine.tool_calls.syntax import (
     TagParams,
 )
 
-__all__ = ["Draft", "RegionState", "Schemas", "read_region"]
+__all__ = ["Draft", "RegionState", "Schemas", "read_json_args", "read_region"]
 
 # Each tool's parameters schema by tool name (to tell string parameters in tagged formats).
 Schemas = Mapping[str, Mapping[str, Any]]
@@ -105,14 +105,14 @@ def _read_args(
     cur: Cursor, piece: JsonArgs | TagParams | GemmaArgs, draft: Draft, schema: Mapping[str, Any]
 ) -> None:
     if isinstance(piece, JsonArgs):
-        _read_json_args(cur, draft)
+        read_json_args(cur, draft)
     elif isinstance(piece, TagParams):
         read_tag_params(cur, piece, draft, schema)
     else:
         read_gemma_args(cur, draft)
 
 
-def _read_json_args(cur: Cursor, draft: Draft, announce: bool = True) -> None:
+def read_json_args(cur: Cursor, draft: Draft, announce: bool = True) -> None:
     """A JSON object of arguments, its text streamed as written."""
     if cur.peek() != "{":
         raise NoMatch
@@ -150,7 +150,7 @@ def _read_json_call(cur: Cursor, piece: JsonCall, draft: Draft) -> None:
         if piece.name_is_key:
             draft.name = key
             draft.started = True
-            _read_json_args(cur, draft)
+            read_json_args(cur, draft)
             cur.literal("}")
             return
         if key in piece.name_keys:
@@ -162,7 +162,7 @@ def _read_json_call(cur: Cursor, piece: JsonCall, draft: Draft) -> None:
             if args is not None:
                 draft.args, draft.arguments = args
         elif key in piece.args_keys and cur.peek() == "{":
-            _read_json_args(cur, draft, announce=draft.name is not None)
+            read_json_args(cur, draft, announce=draft.name is not None)
             assert draft.arguments is not None
             args = (draft.args, draft.arguments)
         elif key in piece.args_keys:
