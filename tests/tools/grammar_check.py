@@ -14,7 +14,7 @@ BYTE_TOKEN_BASE = 3  # tests/support/gguf_models.vocabulary(): <unk>, <s>, </s>,
 
 def _allowed(sampler: llama_cpp.llama_sampler_p, token: int) -> bool:
     data = (llama_cpp.llama_token_data * 1)()
-    data[0].id = token
+    data[0].id = llama_cpp.llama_token(token)
     data[0].logit = 0.0
     data[0].p = 0.0
     array = llama_cpp.llama_token_data_array(data=data, size=1, selected=-1, sorted=False)

@@ -9,7 +9,12 @@ from app.engine.tool_calls.events import (
     TextDelta,
     ToolCall,
 )
-from app.engine.tool_calls.formats import SYNTAXES, ToolCallFormat, detect_tool_format, template_declares_tools
+from app.engine.tool_calls.formats import (
+    SYNTAXES,
+    ToolCallFormat,
+    detect_tool_format,
+    template_declares_tools,
+)
 from app.engine.tool_calls.parser import ToolCallParser, new_call_id
 from app.engine.tool_calls.render import CallText, render_calls
 from app.engine.tool_calls.stream import StreamingToolParser, new_parser
@@ -21,8 +26,8 @@ __all__ = [
     "CallText",
     "ParseResult",
     "ReasoningDelta",
-    "StreamingToolParser",
     "StreamEvent",
+    "StreamingToolParser",
     "TextDelta",
     "ToolCall",
     "ToolCallFormat",

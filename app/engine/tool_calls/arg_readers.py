@@ -75,7 +75,9 @@ def read_tag_params(cur: Cursor, piece: TagParams, draft: Draft, schema: Mapping
         attrs = cur.until(piece.attrs_end) if piece.attrs_end else ""
         if piece.value_open:
             cur.literal(piece.value_open)
-        string = _is_string(schema, key) or bool(piece.string_attrs and piece.string_attrs.strip() in attrs)
+        string = _is_string(schema, key) or bool(
+            piece.string_attrs and piece.string_attrs.strip() in attrs
+        )
         out.key(key)
         closer = piece.value_end.strip()
         end = cur.text.find(closer, cur.pos)
@@ -159,9 +161,9 @@ def _gemma_value(cur: Cursor) -> Any:
         value = text[cur.pos + len(_GEMMA_QUOTE) : end]
         cur.pos = end + len(_GEMMA_QUOTE)
         return value
-    if _GEMMA_QUOTE.startswith(text[cur.pos : cur.pos + len(_GEMMA_QUOTE)]) and len(text) - cur.pos < len(
-        _GEMMA_QUOTE
-    ):
+    if _GEMMA_QUOTE.startswith(text[cur.pos : cur.pos + len(_GEMMA_QUOTE)]) and len(
+        text
+    ) - cur.pos < len(_GEMMA_QUOTE):
         raise NeedMore
     first = cur.peek()
     if first == "{":

@@ -44,7 +44,9 @@ class ToolCallFormat(enum.Enum):
     MISTRAL_ARGS = "mistral_args"  # [TOOL_CALLS]f[ARGS]{...}
     MISTRAL_CALL_ID = "mistral_call_id"  # [TOOL_CALLS]f[CALL_ID]abcdefghi[ARGS]{...}
     HARMONY = "harmony"  # gpt-oss: <|channel|>commentary to=functions.f<|message|>{...}<|call|>
-    DEEPSEEK_R1 = "deepseek_r1"  # <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f
+    DEEPSEEK_R1 = (
+        "deepseek_r1"  # <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f
+    )
     DEEPSEEK_V31 = "deepseek_v31"  # <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{...}
     KIMI_K2 = "kimi_k2"  # <|tool_calls_section_begin|><|tool_call_begin|>functions.f:0...
     KIMI_K3 = "kimi_k3"  # <|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|>...
@@ -67,20 +69,33 @@ _QWEN_PARAMS: Final = TagParams("<parameter=", ">\n", "", "\n</parameter>\n")
 _GLM_PARAMS: Final = TagParams("<arg_key>", "</arg_key>\n", "<arg_value>", "</arg_value>\n")
 _INVOKE_PARAMS: Final = TagParams('<parameter name="', '">', "", "</parameter>\n")
 _DSML_PARAMS: Final = TagParams(
-    '<｜DSML｜parameter name="', '"', "", "</｜DSML｜parameter>\n", ">", ' string="true"', ' string="false"'
+    '<｜DSML｜parameter name="',
+    '"',
+    "",
+    "</｜DSML｜parameter>\n",
+    ">",
+    ' string="true"',
+    ' string="false"',
 )
 
 
 def _dsml(block: str) -> CallSyntax:
     return CallSyntax(
         section_open=f"<｜DSML｜{block}>\n",
-        call=(Lit('<｜DSML｜invoke name="'), Name(), Lit('">\n'), _DSML_PARAMS, Lit("</｜DSML｜invoke>\n")),
+        call=(
+            Lit('<｜DSML｜invoke name="'),
+            Name(),
+            Lit('">\n'),
+            _DSML_PARAMS,
+            Lit("</｜DSML｜invoke>\n"),
+        ),
         section_close=f"</｜DSML｜{block}>",
     )
 
 
-def _json_list(open_: str, close: str, call: JsonCall = JsonCall()) -> CallSyntax:
-    return CallSyntax(section_open=open_, call=(call,), separator=", ", section_close=close)
+def _json_list(open_: str, close: str, call: JsonCall | None = None) -> CallSyntax:
+    body = call if call is not None else JsonCall()
+    return CallSyntax(section_open=open_, call=(body,), separator=", ", section_close=close)
 
 
 _COHERE_CALL: Final = JsonCall(name_keys=("tool_name",), args_keys=("parameters",))
@@ -88,10 +103,18 @@ _COHERE_CALL: Final = JsonCall(name_keys=("tool_name",), args_keys=("parameters"
 # Each family's syntaxes, the first being the one forced calls are written in.
 SYNTAXES: Final[dict[ToolCallFormat, tuple[CallSyntax, ...]]] = {
     ToolCallFormat.GENERIC: (_json_list('{"tool_calls": [', "]}"),),
-    ToolCallFormat.HERMES: (CallSyntax(call=(Lit("<tool_call>\n"), JsonCall(), Lit("\n</tool_call>"))),),
+    ToolCallFormat.HERMES: (
+        CallSyntax(call=(Lit("<tool_call>\n"), JsonCall(), Lit("\n</tool_call>"))),
+    ),
     ToolCallFormat.QWEN3_CODER: (
         CallSyntax(
-            call=(Lit("<tool_call>\n<function="), Name(), Lit(">\n"), _QWEN_PARAMS, Lit("</function>\n</tool_call>"))
+            call=(
+                Lit("<tool_call>\n<function="),
+                Name(),
+                Lit(">\n"),
+                _QWEN_PARAMS,
+                Lit("</function>\n</tool_call>"),
+            )
         ),
     ),
     ToolCallFormat.SEED_OSS: (
@@ -105,7 +128,9 @@ SYNTAXES: Final[dict[ToolCallFormat, tuple[CallSyntax, ...]]] = {
             )
         ),
     ),
-    ToolCallFormat.GLM: (CallSyntax(call=(Lit("<tool_call>"), Name(), Lit("\n"), _GLM_PARAMS, Lit("</tool_call>"))),),
+    ToolCallFormat.GLM: (
+        CallSyntax(call=(Lit("<tool_call>"), Name(), Lit("\n"), _GLM_PARAMS, Lit("</tool_call>"))),
+    ),
     ToolCallFormat.HY3: (
         CallSyntax(
             section_open="<tool_calls:opensource>\n",
@@ -148,10 +173,19 @@ SYNTAXES: Final[dict[ToolCallFormat, tuple[CallSyntax, ...]]] = {
         CallSyntax(call=(Lit("<|python_tag|>"), JsonCall())),
     ),
     ToolCallFormat.MISTRAL_JSON: (_json_list("[TOOL_CALLS][", "]"),),
-    ToolCallFormat.MISTRAL_ARGS: (CallSyntax(call=(Lit("[TOOL_CALLS]"), Name(), Lit("[ARGS]"), JsonArgs())),),
+    ToolCallFormat.MISTRAL_ARGS: (
+        CallSyntax(call=(Lit("[TOOL_CALLS]"), Name(), Lit("[ARGS]"), JsonArgs())),
+    ),
     ToolCallFormat.MISTRAL_CALL_ID: (
         CallSyntax(
-            call=(Lit("[TOOL_CALLS]"), Name(), Lit("[CALL_ID]"), CallId(9), Lit("[ARGS]"), JsonArgs())
+            call=(
+                Lit("[TOOL_CALLS]"),
+                Name(),
+                Lit("[CALL_ID]"),
+                CallId(9),
+                Lit("[ARGS]"),
+                JsonArgs(),
+            )
         ),
     ),
     # gpt-oss writes each call as a message of its own; parsed by harmony.py, written thus.
@@ -182,7 +216,13 @@ SYNTAXES: Final[dict[ToolCallFormat, tuple[CallSyntax, ...]]] = {
     ToolCallFormat.DEEPSEEK_V31: (
         CallSyntax(
             section_open="<｜tool▁calls▁begin｜>",
-            call=(Lit("<｜tool▁call▁begin｜>"), Name(), Lit("<｜tool▁sep｜>"), JsonArgs(), Lit("<｜tool▁call▁end｜>")),
+            call=(
+                Lit("<｜tool▁call▁begin｜>"),
+                Name(),
+                Lit("<｜tool▁sep｜>"),
+                JsonArgs(),
+                Lit("<｜tool▁call▁end｜>"),
+            ),
             section_close="<｜tool▁calls▁end｜>",
         ),
     ),
@@ -226,16 +266,32 @@ SYNTAXES: Final[dict[ToolCallFormat, tuple[CallSyntax, ...]]] = {
     ),
     ToolCallFormat.GRANITE: (_json_list("<|tool_call|>[", "]"),),
     ToolCallFormat.LFM2: (
-        CallSyntax(section_open="<|tool_call_start|>[", call=(PyCall(),), separator=", ", section_close="]<|tool_call_end|>"),
+        CallSyntax(
+            section_open="<|tool_call_start|>[",
+            call=(PyCall(),),
+            separator=", ",
+            section_close="]<|tool_call_end|>",
+        ),
     ),
-    ToolCallFormat.GEMMA4: (CallSyntax(call=(Lit("<|tool_call>call:"), Name(), GemmaArgs(), Lit("<tool_call|>"))),),
-    ToolCallFormat.FUNCTIONARY_V31: (CallSyntax(call=(Lit("<function="), Name(), Lit(">"), JsonArgs(), Lit("</function>"))),),
-    ToolCallFormat.FIREFUNCTION: (_json_list(" functools[", "]"),),
-    ToolCallFormat.COMMAND_ACTION: (_json_list("<|START_ACTION|>[\n", "\n]<|END_ACTION|>", _COHERE_CALL),),
+    ToolCallFormat.GEMMA4: (
+        CallSyntax(call=(Lit("<|tool_call>call:"), Name(), GemmaArgs(), Lit("<tool_call|>"))),
+    ),
+    ToolCallFormat.FUNCTIONARY_V31: (
+        CallSyntax(call=(Lit("<function="), Name(), Lit(">"), JsonArgs(), Lit("</function>"))),
+    ),
+    ToolCallFormat.FIREFUNCTION: (_json_list("functools[", "]"),),
+    ToolCallFormat.COMMAND_ACTION: (
+        _json_list("<|START_ACTION|>[\n", "\n]<|END_ACTION|>", _COHERE_CALL),
+    ),
     ToolCallFormat.COMMAND_R_PLUS: (_json_list("Action: ```json\n[\n", "\n]\n```", _COHERE_CALL),),
     ToolCallFormat.APRIEL: (_json_list("<tool_calls>[", "]</tool_calls>"),),
     ToolCallFormat.MINIMAX_M1: (
-        CallSyntax(section_open="<tool_calls>\n", call=(JsonCall(),), separator="\n", section_close="\n</tool_calls>"),
+        CallSyntax(
+            section_open="<tool_calls>\n",
+            call=(JsonCall(),),
+            separator="\n",
+            section_close="\n</tool_calls>",
+        ),
     ),
     ToolCallFormat.NEMOTRON_V2: (_json_list("<TOOLCALL>[", "]</TOOLCALL>"),),
     ToolCallFormat.GIGACHAT: (CallSyntax(call=(Lit("<|function_call|>"), JsonCall())),),
@@ -254,7 +310,9 @@ SYNTAXES: Final[dict[ToolCallFormat, tuple[CallSyntax, ...]]] = {
             section_close="<|calls|>",
         ),
     ),
-    ToolCallFormat.APERTUS: (_json_list("<|tools_prefix|>[", "]<|tools_suffix|>", JsonCall(name_is_key=True)),),
+    ToolCallFormat.APERTUS: (
+        _json_list("<|tools_prefix|>[", "]<|tools_suffix|>", JsonCall(name_is_key=True)),
+    ),
 }
 
 

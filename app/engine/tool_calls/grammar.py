@@ -22,11 +22,21 @@ from app.engine.errors import ContextError
 from app.engine.grammar_bounds import GrammarBoundsError, GrammarSyntaxError, check_grammar
 from app.engine.json_grammar import SchemaGrammarError, schema_grammar
 from app.engine.tool_calls.formats import SYNTAXES, ToolCallFormat
-from app.engine.tool_calls.syntax import CallId, CallSyntax, JsonArgs, JsonCall, Lit, Name, TagParams
+from app.engine.tool_calls.syntax import (
+    CallId,
+    CallSyntax,
+    JsonArgs,
+    JsonCall,
+    Lit,
+    Name,
+    TagParams,
+)
 
 __all__ = ["CallGrammar", "ToolChoice", "ToolGrammarError", "ToolSpec", "call_grammar"]
 
-_TOKEN: Final = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|\{[^}]*\}|#[^\n]*|[A-Za-z0-9-]+|.', re.S)
+_TOKEN: Final = re.compile(
+    r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|\{[^}]*\}|#[^\n]*|[A-Za-z0-9-]+|.', re.S
+)
 _RULE_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9-]*")
 _ID_LENGTH_ANY: Final = 24
 
@@ -77,7 +87,9 @@ def _schema_rule(schema: Any, prefix: str, rules: list[str], tool: str) -> str:
     try:
         grammar = schema_grammar(schema)
     except SchemaGrammarError as exc:
-        raise ToolGrammarError(f"The parameters of the tool '{tool}' cannot be enforced: {exc}") from None
+        raise ToolGrammarError(
+            f"The parameters of the tool '{tool}' cannot be enforced: {exc}"
+        ) from None
     rules.append(_rename(grammar, prefix))
     return prefix + "root"
 
@@ -107,12 +119,24 @@ def _tag_params(piece: TagParams, tool: ToolSpec, prefix: str, rules: list[str])
     items, required = _params(tool.parameters)
     parts = []
     for k, (key, prop) in enumerate(items):
-        string = isinstance(prop, Mapping) and prop.get("type") == "string" and not prop.get("enum")
-        if string:
+        enum = prop.get("enum") if isinstance(prop, Mapping) else None
+        words = (
+            enum
+            if isinstance(enum, list) and enum and all(isinstance(w, str) for w in enum)
+            else None
+        )
+        string = words is not None or (isinstance(prop, Mapping) and prop.get("type") == "string")
+        if words is not None:  # a string value is written bare in tags
+            value = "(" + " | ".join(_literal(w) for w in words) + ")"
+        elif string:
             value = _until(piece.value_end.strip(), f"{prefix}p{k}-text", rules)
         else:
             value = _schema_rule(prop, f"{prefix}p{k}-", rules, tool.name)
-        attrs = (piece.string_attrs if string else piece.other_attrs) + piece.attrs_end if piece.attrs_end else ""
+        attrs = (
+            (piece.string_attrs if string else piece.other_attrs) + piece.attrs_end
+            if piece.attrs_end
+            else ""
+        )
         head = piece.open + key + piece.key_end + attrs + piece.value_open
         part = f"{_literal(head)} {value} {_literal(piece.value_end)}"
         parts.append(part if key in required else f"({part})?")
@@ -122,9 +146,11 @@ def _tag_params(piece: TagParams, tool: ToolSpec, prefix: str, rules: list[str])
 def _call_rule(syntax: CallSyntax, tool: ToolSpec, k: int, rules: list[str]) -> str:
     prefix = f"t{k}-"
     out = []
-    for piece in syntax.call:
+    for at, piece in enumerate(syntax.call):
         if isinstance(piece, Lit):
-            out.append(_literal(piece.text))
+            # A lazy grammar starts at the trigger, after the whitespace that may precede it.
+            first = at == 0 and not syntax.section_open
+            out.append(_literal(piece.text.lstrip() if first else piece.text))
         elif isinstance(piece, Name):
             out.append(_literal(tool.name))
         elif isinstance(piece, CallId):
@@ -137,9 +163,17 @@ def _call_rule(syntax: CallSyntax, tool: ToolSpec, k: int, rules: list[str]) -> 
                 props: dict[str, Any] = {tool.name: tool.parameters}
                 req = [tool.name]
             else:
-                props = {piece.name_keys[0]: {"const": tool.name}, piece.args_keys[0]: tool.parameters}
+                props = {
+                    piece.name_keys[0]: {"const": tool.name},
+                    piece.args_keys[0]: tool.parameters,
+                }
                 req = [piece.name_keys[0], piece.args_keys[0]]
-            whole = {"type": "object", "properties": props, "required": req, "additionalProperties": False}
+            whole = {
+                "type": "object",
+                "properties": props,
+                "required": req,
+                "additionalProperties": False,
+            }
             out.append(_schema_rule(whole, prefix, rules, tool.name))
         elif isinstance(piece, TagParams):
             out.append(_tag_params(piece, tool, prefix, rules))
@@ -168,7 +202,9 @@ def call_grammar(
     if only is not None:
         tools = [t for t in tools if t.name == only]
         if not tools:
-            raise ToolGrammarError(f"The tool_choice names the function '{only}', which is not among the tools.")
+            raise ToolGrammarError(
+                f"The tool_choice names the function '{only}', which is not among the tools."
+            )
     if not tools:
         raise ToolGrammarError("A tool call cannot be required without tools.")
     syntax = SYNTAXES[fmt][0]
@@ -177,14 +213,20 @@ def call_grammar(
     rules.append(f"call ::= {' | '.join(names)}")
     more = f"({_literal(syntax.separator)} call)*" if parallel else ""
     if syntax.section_open:
-        body = f"{_literal(syntax.section_open)} call {more} {_literal(syntax.section_close)}"
+        body = (
+            f"{_literal(syntax.section_open.lstrip())} call {more} {_literal(syntax.section_close)}"
+        )
     else:
-        body = f'call ({_literal(syntax.separator or chr(10))} call)*' if parallel else "call"
+        body = f"call ({_literal(syntax.separator or chr(10))} call)*" if parallel else "call"
     grammar = f"root ::= {body}\n" + "\n".join(rules) + "\n"
     try:
         check_grammar(grammar)
     except (GrammarBoundsError, GrammarSyntaxError) as exc:
         raise ToolGrammarError(f"The tools' grammar cannot be used: {exc}") from None
     if choice is ToolChoice.AUTO:
-        return CallGrammar(grammar, lazy=True, trigger_patterns=tuple(_trigger_pattern(s) for s in SYNTAXES[fmt][:1]))
+        return CallGrammar(
+            grammar,
+            lazy=True,
+            trigger_patterns=tuple(_trigger_pattern(s) for s in SYNTAXES[fmt][:1]),
+        )
     return CallGrammar(grammar, lazy=False)

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Final
 
-from app.engine.reasoning import Channel, ReasoningFormat, ReasoningSplitter
+from app.engine.reasoning import Channel, Piece, ReasoningFormat, ReasoningSplitter
 from app.engine.tool_calls.events import ParseResult, StreamEvent
 from app.engine.tool_calls.parser import CallRecorder, new_call_id
 from app.engine.tool_calls.region import Draft, read_json_args
@@ -44,7 +44,9 @@ def _partial_suffix(text: str, markers: tuple[str, ...]) -> int:
 class HarmonyToolParser:
     """:class:`app.engine.tool_calls.parser.ToolCallParser` for gpt-oss replies."""
 
-    def __init__(self, *, starts_in_reasoning: bool = False, id_factory: Callable[[], str] = new_call_id) -> None:
+    def __init__(
+        self, *, starts_in_reasoning: bool = False, id_factory: Callable[[], str] = new_call_id
+    ) -> None:
         self._splitter = ReasoningSplitter(ReasoningFormat.HARMONY, starts_in_reasoning)
         self._rec = CallRecorder(id_factory)
         self._buf = ""
@@ -69,7 +71,7 @@ class HarmonyToolParser:
     def _pass(self, text: str) -> None:
         self._split(self._splitter.feed(text))
 
-    def _split(self, pieces: list) -> None:  # type: ignore[type-arg]
+    def _split(self, pieces: list[Piece]) -> None:
         for piece in pieces:
             if piece.channel is Channel.REASONING:
                 self._rec.thought(piece.text)

@@ -92,7 +92,9 @@ class CallRecorder:
             if seen is None:
                 break
             if draft.done and draft.arguments is not None and seen.args == draft.args:
-                self.calls.append(ToolCall(len(self.calls), seen.call_id, seen.name, seen.args, draft.arguments))
+                self.calls.append(
+                    ToolCall(len(self.calls), seen.call_id, seen.name, seen.args, draft.arguments)
+                )
                 continue
             why = "was cut off before it was complete" if cut_off else "is not well-formed"
             self.errors.append(f"The model's call to the tool '{seen.name}' {why}.")
@@ -100,7 +102,9 @@ class CallRecorder:
         self._open.clear()
 
     def result(self) -> ParseResult:
-        return ParseResult("".join(self.content), "".join(self.reasoning), tuple(self.calls), tuple(self.errors))
+        return ParseResult(
+            "".join(self.content), "".join(self.reasoning), tuple(self.calls), tuple(self.errors)
+        )
 
 
 class ToolCallParser:
@@ -127,6 +131,7 @@ class ToolCallParser:
         self._buf = ""
         self._region: CallSyntax | None = None
         self._seen_text = False
+        self._gap = ""
 
     def feed(self, text: str) -> list[StreamEvent]:
         return self._route(self._splitter.feed(text), final=False)
@@ -167,8 +172,13 @@ class ToolCallParser:
         return best
 
     def _held(self) -> int:
-        """How much of the end of the buffer may still begin a trigger."""
-        if not self._seen_text and not self._buf.strip() and any(s.start_only for s in self._syntaxes):
+        """How much of the end of the buffer may still begin a trigger (and the whitespace
+        before it: whitespace right before a call is not answer text)."""
+        if (
+            not self._seen_text
+            and not self._buf.strip()
+            and any(s.start_only for s in self._syntaxes)
+        ):
             return len(self._buf)
         held = 0
         for syntax in self._syntaxes:
@@ -179,7 +189,8 @@ class ToolCallParser:
                 if trigger.startswith(self._buf[-n:]):
                     held = n
                     break
-        return held
+        rest = self._buf[: len(self._buf) - held]
+        return held + len(rest) - len(rest.rstrip())
 
     def _emit_text(self, text: str) -> None:
         if text.strip():
@@ -196,7 +207,9 @@ class ToolCallParser:
                     self._buf = self._buf[len(self._buf) - keep :]
                     return
                 pos, self._region = found
-                self._emit_text(self._buf[:pos])
+                before = self._buf[:pos]
+                self._emit_text(before.rstrip())
+                self._gap = before[len(before.rstrip()) :]  # given back if no call follows
                 self._buf = self._buf[pos:]
             state = read_region(self._region, self._buf, self._schemas)
             self._rec.update(state.drafts)
@@ -216,5 +229,5 @@ class ToolCallParser:
             # Not a call after all: the trigger is text, and scanning goes on after it.
             trigger = self._region.trigger
             self._region = None
-            self._emit_text(self._buf[: len(trigger)])
+            self._emit_text(self._gap + self._buf[: len(trigger)])
             self._buf = self._buf[len(trigger) :]

@@ -55,9 +55,15 @@ def _tag_params(piece: TagParams, arguments: Mapping[str, Any]) -> str:
     out = []
     for key, value in arguments.items():
         string = isinstance(value, str)
-        attrs = (piece.string_attrs if string else piece.other_attrs) + piece.attrs_end if piece.attrs_end else ""
+        attrs = (
+            (piece.string_attrs if string else piece.other_attrs) + piece.attrs_end
+            if piece.attrs_end
+            else ""
+        )
         text = value if string else _dumps(value)
-        out.append(f"{piece.open}{key}{piece.key_end}{attrs}{piece.value_open}{text}{piece.value_end}")
+        out.append(
+            f"{piece.open}{key}{piece.key_end}{attrs}{piece.value_open}{text}{piece.value_end}"
+        )
     return "".join(out)
 
 
@@ -76,7 +82,11 @@ def _render_call(syntax: CallSyntax, call: CallText) -> str:
             if piece.name_is_key:
                 out.append(_dumps({call.name: dict(call.arguments)}))
             else:
-                out.append(_dumps({piece.name_keys[0]: call.name, piece.args_keys[0]: dict(call.arguments)}))
+                out.append(
+                    _dumps(
+                        {piece.name_keys[0]: call.name, piece.args_keys[0]: dict(call.arguments)}
+                    )
+                )
         elif isinstance(piece, TagParams):
             out.append(_tag_params(piece, call.arguments))
         elif isinstance(piece, PyCall):

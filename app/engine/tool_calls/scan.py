@@ -11,9 +11,9 @@ from typing import Any, Final
 
 __all__ = [
     "NAME_CHARS",
+    "Cursor",
     "NeedMore",
     "NoMatch",
-    "Cursor",
     "stable_prefix",
 ]
 

@@ -36,5 +36,9 @@ def new_parser(
     if fmt is ToolCallFormat.HARMONY:
         return HarmonyToolParser(starts_in_reasoning=starts_in_reasoning, id_factory=id_factory)
     return ToolCallParser(
-        fmt, reasoning, starts_in_reasoning=starts_in_reasoning, schemas=schemas, id_factory=id_factory
+        fmt,
+        reasoning,
+        starts_in_reasoning=starts_in_reasoning,
+        schemas=schemas,
+        id_factory=id_factory,
     )

@@ -1,0 +1,132 @@
+"""Forced calls: llama.cpp's grammar sampler, given a family's call grammar, lets the model
+write exactly the calls this family's parser reads, with arguments valid by the schema."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import jsonschema  # type: ignore[import-untyped]
+import llama_cpp
+import pytest
+
+from app.engine.tool_calls import SYNTAXES, CallText, ToolCallFormat, new_parser, render_calls
+from app.engine.tool_calls.grammar import ToolChoice, ToolGrammarError, ToolSpec, call_grammar
+from tests.tools.grammar_check import grammar_accepts
+
+F = ToolCallFormat
+WEATHER = ToolSpec(
+    "get_weather",
+    {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "days": {"type": "integer"},
+            "unit": {"type": "string", "enum": ["c", "f"]},
+        },
+        "required": ["city"],
+    },
+)
+NOOP = ToolSpec("noop", {"type": "object", "properties": {}})
+TOOLS = [WEATHER, NOOP]
+# Written in every syntax except the two whose arguments are not JSON-shaped.
+FORCEABLE = [f for f in F if f not in (F.LFM2, F.GEMMA4)]
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model: Path) -> Iterator[llama_cpp.llama_model_p]:
+    handle = llama_cpp.llama_model_load_from_file(
+        str(tiny_model).encode(), llama_cpp.llama_model_default_params()
+    )
+    assert handle
+    yield handle
+    llama_cpp.llama_model_free(handle)
+
+
+def _text(fmt: ToolCallFormat, *calls: CallText) -> str:
+    return render_calls(SYNTAXES[fmt][0], list(calls))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fmt", FORCEABLE, ids=lambda f: f.value)
+def test_the_grammar_accepts_the_call_and_the_parser_reads_it_valid(
+    model: llama_cpp.llama_model_p, fmt: ToolCallFormat
+) -> None:
+    grammar = call_grammar(fmt, TOOLS).grammar
+    call = CallText("get_weather", {"city": "Paris", "days": 3, "unit": "c"})
+    text = _text(fmt, call)
+    assert grammar_accepts(model, grammar, text)
+    parser = new_parser(fmt)
+    parser.feed(text)
+    parser.finish()
+    (parsed,) = parser.result().calls
+    assert parsed.name == "get_weather"
+    jsonschema.validate(parsed.arguments, WEATHER.parameters)
+    assert grammar_accepts(model, grammar, _text(fmt, CallText("noop", {})))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fmt", FORCEABLE, ids=lambda f: f.value)
+def test_the_grammar_refuses_what_breaks_the_schema(
+    model: llama_cpp.llama_model_p, fmt: ToolCallFormat
+) -> None:
+    grammar = call_grammar(fmt, TOOLS).grammar
+    assert not grammar_accepts(
+        model, grammar, _text(fmt, CallText("get_wether", {"city": "Paris"}))
+    )
+    assert not grammar_accepts(model, grammar, _text(fmt, CallText("get_weather", {"days": 3})))
+    assert not grammar_accepts(
+        model, grammar, _text(fmt, CallText("get_weather", {"city": "P", "unit": "k"}))
+    )
+    assert not grammar_accepts(model, grammar, "Sure! " + _text(fmt, CallText("noop", {})))
+
+
+@pytest.mark.timeout(120)
+def test_a_named_choice_allows_that_function_only(model: llama_cpp.llama_model_p) -> None:
+    grammar = call_grammar(F.HERMES, TOOLS, only="noop").grammar
+    assert grammar_accepts(model, grammar, _text(F.HERMES, CallText("noop", {})))
+    assert not grammar_accepts(
+        model, grammar, _text(F.HERMES, CallText("get_weather", {"city": "Paris"}))
+    )
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fmt", [F.HERMES, F.MISTRAL_JSON, F.QWEN3_CODER], ids=lambda f: f.value)
+def test_parallel_calls_only_when_asked(
+    model: llama_cpp.llama_model_p, fmt: ToolCallFormat
+) -> None:
+    two = [CallText("noop", {}), CallText("get_weather", {"city": "Oslo"})]
+    if SYNTAXES[fmt][0].section_open:
+        text = _text(fmt, *two)
+    else:
+        text = _text(fmt, two[0]) + "\n" + _text(fmt, two[1])
+    assert grammar_accepts(model, call_grammar(fmt, TOOLS, parallel=True).grammar, text)
+    assert not grammar_accepts(model, call_grammar(fmt, TOOLS).grammar, text)
+
+
+@pytest.mark.parametrize("fmt", FORCEABLE, ids=lambda f: f.value)
+def test_auto_gives_a_lazy_grammar_that_starts_at_the_call(fmt: ToolCallFormat) -> None:
+    lazy = call_grammar(fmt, TOOLS, ToolChoice.AUTO)
+    assert lazy.lazy and lazy.grammar == call_grammar(fmt, TOOLS).grammar
+    call = _text(fmt, CallText("noop", {}))
+    reply = call if SYNTAXES[fmt][0].start_only else "Let me check.\n" + call
+    (pattern,) = lazy.trigger_patterns
+    match = re.search(pattern, reply)  # llama.cpp searches with std::regex (ECMAScript)
+    assert match is not None and reply[match.start(1) :] == call
+
+
+def test_schemas_that_cannot_be_enforced_are_sentences() -> None:
+    bad = ToolSpec(
+        "f", {"type": "object", "properties": {"s": {"type": "string", "maxLength": 10**6}}}
+    )
+    with pytest.raises(ToolGrammarError, match="The parameters of the tool 'f' cannot be enforced"):
+        call_grammar(F.HERMES, [bad])
+    with pytest.raises(
+        ToolGrammarError, match="names the function 'nope', which is not among the tools"
+    ):
+        call_grammar(F.HERMES, TOOLS, only="nope")
+    with pytest.raises(ToolGrammarError, match="not available for this model family"):
+        call_grammar(F.LFM2, TOOLS)
+    with pytest.raises(ToolGrammarError, match="without tools"):
+        call_grammar(F.HERMES, [])

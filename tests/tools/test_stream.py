@@ -1,0 +1,255 @@
+"""The streaming parser per family, fed the reply in pieces: announced calls and their
+argument fragments only grow, the final arguments are JSON, text and reasoning stay apart,
+and any chunking gives the same result."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.engine.reasoning import ReasoningFormat
+from app.engine.tool_calls import (
+    SYNTAXES,
+    ArgumentsDelta,
+    CallStarted,
+    CallText,
+    ParseResult,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    ToolCallFormat,
+    new_parser,
+    render_calls,
+)
+
+F = ToolCallFormat
+WEATHER = {"city": "Paris <3", "days": 3}
+NOTE = {"text": 'a "quoted"\nline', "tags": ["x", "y"], "urgent": True}
+SCHEMAS = {
+    "get_weather": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    },
+    "note": {"type": "object", "properties": {"text": {"type": "string"}}},
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    fmt: ToolCallFormat
+    reply: str
+    calls: tuple[tuple[str, dict[str, object]], ...]
+    content: str = ""
+    reasoning: str = ""
+    think: ReasoningFormat = ReasoningFormat.NONE
+
+
+def _rendered(fmt: ToolCallFormat, *calls: tuple[str, dict[str, object]]) -> str:
+    return render_calls(SYNTAXES[fmt][0], [CallText(n, a) for n, a in calls])
+
+
+# Python-style and Gemma calls cannot write every JSON value; they get flat arguments.
+FLAT = {"city": "Paris", "days": 3, "ok": True}
+_RENDERED = [
+    Case(
+        fmt,
+        "Let me look. " + _rendered(fmt, ("get_weather", FLAT)),
+        (("get_weather", FLAT),),
+        "Let me look.",
+    )
+    for fmt in (F.LFM2, F.GEMMA4)
+] + [
+    Case(
+        fmt,
+        "Let me look. " + _rendered(fmt, ("get_weather", WEATHER), ("note", NOTE)),
+        (("get_weather", WEATHER), ("note", NOTE)),
+        "Let me look.",
+    )
+    for fmt in F
+    if fmt not in (F.LFM2, F.GEMMA4, F.LLAMA3_JSON, F.HARMONY)
+    # Families without a section write one call per region; the text precedes the first.
+]
+
+HAND_WRITTEN = [
+    Case(
+        F.HERMES,
+        '<think>Maybe <tool_call> {"name": "x"}</think>Sure.\n<tool_call>\n{"arguments": {"city": "Oslo"}, '
+        '"name": "get_weather"}\n</tool_call>',
+        (("get_weather", {"city": "Oslo"}),),
+        "Sure.",
+        'Maybe <tool_call> {"name": "x"}',
+        ReasoningFormat.THINK_TAGS,
+    ),
+    Case(
+        F.HERMES,
+        '<tool_call>{"name": "get_weather", "arguments": "{\\"city\\": \\"Rome\\"}"}</tool_call> done',
+        (("get_weather", {"city": "Rome"}),),
+        " done",
+    ),
+    Case(
+        F.HERMES,
+        "No call: <tool_call is not a tag, <tool_call>{oops",
+        (),
+        "No call: <tool_call is not a tag, <tool_call>{oops",
+    ),
+    Case(
+        F.LLAMA3_JSON,
+        ' {"name": "get_weather", "parameters": {"city": "Lima"}}',
+        (("get_weather", {"city": "Lima"}),),
+    ),
+    Case(
+        F.LLAMA3_JSON,
+        'The JSON {"name": "get_weather", "parameters": {}}',
+        (),
+        'The JSON {"name": "get_weather", "parameters": {}}',
+    ),
+    Case(
+        F.LLAMA3_JSON,
+        '<|python_tag|>{"name": "note", "parameters": {"text": "hi"}}',
+        (("note", {"text": "hi"}),),
+    ),
+    Case(F.LLAMA3_JSON, '{"answer": 42}', (), '{"answer": 42}'),
+    Case(
+        F.QWEN3_CODER,
+        "<think>\nhmm\n</think>\n\n<tool_call>\n<function=note>\n<parameter=text>\nif a < b:\n    pass\n"
+        "</parameter>\n</function>\n</tool_call>",
+        (("note", {"text": "if a < b:\n    pass"}),),
+        "",
+        "hmm",
+        ReasoningFormat.THINK_TAGS,
+    ),
+    Case(
+        F.HARMONY,
+        "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+        'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>',
+        (("get_weather", {"city": "Paris"}),),
+        "",
+        "Need the weather.",
+        ReasoningFormat.HARMONY,
+    ),
+    Case(
+        F.HARMONY,
+        "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Hello!<|return|>",
+        (),
+        "Hello!",
+        "Easy.",
+        ReasoningFormat.HARMONY,
+    ),
+    Case(
+        F.HARMONY,
+        '<|start|>assistant to=functions.note<|channel|>commentary json<|message|>{"text": "a"}<|call|>',
+        (("note", {"text": "a"}),),
+        "",
+        "",
+        ReasoningFormat.HARMONY,
+    ),
+    Case(
+        F.DEEPSEEK_DSML,
+        '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" '
+        'string="true">123</｜DSML｜parameter>\n<｜DSML｜parameter name="days" string="false">2'
+        "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+        (("get_weather", {"city": "123", "days": 2}),),
+    ),
+]
+
+CASES = _RENDERED + HAND_WRITTEN
+
+
+def _ids() -> itertools.count[int]:
+    return itertools.count()
+
+
+def _run(case: Case, chunks: list[str]) -> tuple[list[StreamEvent], ParseResult]:
+    counter = _ids()
+    parser = new_parser(
+        case.fmt, case.think, schemas=SCHEMAS, id_factory=lambda: f"call{next(counter)}"
+    )
+    events: list[StreamEvent] = []
+    for chunk in chunks:
+        events += parser.feed(chunk)
+    events += parser.finish()
+    return events, parser.result()
+
+
+def _check(case: Case, events: list[StreamEvent], result: ParseResult) -> None:
+    args: dict[int, str] = {}
+    names: dict[int, str] = {}
+    for event in events:
+        if isinstance(event, CallStarted):
+            assert event.index not in names and event.index == len(names), (
+                "calls announced once, in order"
+            )
+            names[event.index] = event.name
+            args[event.index] = ""
+        elif isinstance(event, ArgumentsDelta):
+            assert event.index in names, "the name comes before the arguments"
+            assert event.fragment
+            args[event.index] += event.fragment
+    for call in result.calls:
+        assert args[call.index] == call.arguments_text, "the fragments join to the arguments"
+        assert json.loads(call.arguments_text) == call.arguments
+    assert [(c.name, c.arguments) for c in result.calls] == list(case.calls)
+    assert result.content == case.content
+    assert result.reasoning == case.reasoning
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == case.content
+    assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == case.reasoning
+    assert result.errors == ()
+
+
+def _label(case: Case) -> str:
+    return f"{case.fmt.value}-{abs(hash(case.reply)) % 10_000}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_label)
+def test_fed_character_by_character(case: Case) -> None:
+    events, result = _run(case, list(case.reply))
+    _check(case, events, result)
+
+
+@pytest.mark.parametrize("case", CASES, ids=_label)
+def test_fed_whole(case: Case) -> None:
+    events, result = _run(case, [case.reply])
+    _check(case, events, result)
+
+
+def _chunked(text: str, cuts: list[int]) -> list[str]:
+    points = sorted({c % (len(text) + 1) for c in cuts})
+    edges = [0, *points, len(text)]
+    return [text[a:b] for a, b in itertools.pairwise(edges) if b > a]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    case=st.sampled_from(CASES),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=40),
+)
+def test_any_chunking_gives_the_same_calls(case: Case, cuts: list[int]) -> None:
+    events, result = _run(case, _chunked(case.reply, cuts))
+    _check(case, events, result)
+
+
+def test_a_call_cut_off_is_reported_and_nothing_retracted() -> None:
+    parser = new_parser(F.HERMES)
+    events = parser.feed('Hi <tool_call>{"name": "note", "arguments": {"text": "unfinis')
+    events += parser.finish()
+    result = parser.result()
+    assert result.calls == ()
+    assert result.content == "Hi"
+    assert result.errors == (
+        "The model's call to the tool 'note' was cut off before it was complete.",
+    )
+    assert [type(e) for e in events] == [TextDelta, CallStarted, ArgumentsDelta]
+
+
+def test_a_malformed_call_after_its_name_is_an_error_not_text() -> None:
+    parser = new_parser(F.MISTRAL_ARGS)
+    parser.feed("[TOOL_CALLS]note[ARGS][1, 2]")
+    parser.finish()
+    result = parser.result()
+    assert result.calls == () and result.content == ""
+    assert result.errors == ("The model's call to the tool 'note' is not well-formed.",)
