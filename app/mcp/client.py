@@ -43,7 +43,9 @@ __all__ = [
 
 DEFAULT_CALL_TIMEOUT: Final = 30.0
 DEFAULT_START_TIMEOUT: Final = 20.0
-MINIMAL_PATH: Final = os.pathsep.join(("/usr/local/bin", "/usr/bin", "/bin")) if os.name != "nt" else ""
+MINIMAL_PATH: Final = (
+    os.pathsep.join(("/usr/local/bin", "/usr/bin", "/bin")) if os.name != "nt" else ""
+)
 _STDERR_TAIL: Final = 300
 
 
@@ -104,7 +106,11 @@ def _content_text(content: list[Any]) -> str:
     parts = []
     for block in content:
         text = getattr(block, "text", None)
-        parts.append(text if isinstance(text, str) else json.dumps(block.model_dump(mode="json", exclude_none=True)))
+        parts.append(
+            text
+            if isinstance(text, str)
+            else json.dumps(block.model_dump(mode="json", exclude_none=True))
+        )
     return "\n".join(parts)
 
 
@@ -127,7 +133,9 @@ class McpConnection:
         if not os.path.exists(command):
             raise FileNotFoundError(f"the command '{server.command}' was not found")
         if os.name == "nt":
-            return StdioServerParameters(command=command, args=list(server.args), env=env, cwd=server.cwd)
+            return StdioServerParameters(
+                command=command, args=list(server.args), env=env, cwd=server.cwd
+            )
         wrapper = shutil.which("env") or "/usr/bin/env"
         args = ["-i", *(f"{k}={v}" for k, v in env.items()), command, *server.args]
         return StdioServerParameters(command=wrapper, args=args, cwd=server.cwd)
@@ -177,7 +185,8 @@ class McpConnection:
             return self
         self._session = session
         tools = tuple(
-            McpTool(self.server.name, t.name, t.description or "", dict(t.input_schema)) for t in listed.tools
+            McpTool(self.server.name, t.name, t.description or "", dict(t.input_schema))
+            for t in listed.tools
         )
         self.status = ServerStatus(self.server.name, True, tools)
         return self
@@ -186,11 +195,17 @@ class McpConnection:
         server = self.server
         if isinstance(server, StdioServer):
             self._stderr = self._stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8"))
-            streams = await self._stack.enter_async_context(stdio_client(self._stdio_params(server), self._stderr))
+            streams = await self._stack.enter_async_context(
+                stdio_client(self._stdio_params(server), self._stderr)
+            )
         else:
             assert isinstance(server, HttpServer)
-            client = await self._stack.enter_async_context(create_mcp_http_client(headers=dict(server.headers)))
-            streams = await self._stack.enter_async_context(streamable_http_client(server.url, http_client=client))
+            client = await self._stack.enter_async_context(
+                create_mcp_http_client(headers=dict(server.headers))
+            )
+            streams = await self._stack.enter_async_context(
+                streamable_http_client(server.url, http_client=client)
+            )
         return await self._stack.enter_async_context(ClientSession(streams[0], streams[1]))
 
     async def _close(self) -> None:
@@ -214,7 +229,9 @@ class McpConnection:
         session = self._session
         if session is None:
             why = self._broken or self.status.sentence or "is not connected"
-            return ToolResult(CallOutcome.SERVER_FAILED, f"Error: the tool {name} is unavailable.", why)
+            return ToolResult(
+                CallOutcome.SERVER_FAILED, f"Error: the tool {name} is unavailable.", why
+            )
         if tool not in {t.name for t in self.status.tools}:
             text = f"Error: there is no tool '{tool}' on the MCP server '{self.server.name}'."
             return ToolResult(CallOutcome.UNKNOWN_TOOL, text, text[7:])
@@ -232,12 +249,20 @@ class McpConnection:
                 self._broken = self._failure("stopped working", exc)
                 self._session = None
                 outcome.append(
-                    ToolResult(CallOutcome.SERVER_FAILED, f"Error: the tool {name} failed.", self._broken)
+                    ToolResult(
+                        CallOutcome.SERVER_FAILED, f"Error: the tool {name} failed.", self._broken
+                    )
                 )
             else:
                 text = _content_text(list(getattr(result, "content", [])))
                 if getattr(result, "is_error", False):
-                    outcome.append(ToolResult(CallOutcome.TOOL_ERROR, text, f"The tool {name} reported an error: {text}"))
+                    outcome.append(
+                        ToolResult(
+                            CallOutcome.TOOL_ERROR,
+                            text,
+                            f"The tool {name} reported an error: {text}",
+                        )
+                    )
                 else:
                     outcome.append(ToolResult(CallOutcome.OK, text))
             scope.cancel()
@@ -293,4 +318,3 @@ class McpManager:
             text = f"Error: there is no MCP server '{server}'."
             return ToolResult(CallOutcome.UNKNOWN_TOOL, text, text[7:])
         return await connection.call(tool, arguments, timeout, cancel)
-

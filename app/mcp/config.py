@@ -21,11 +21,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app import paths
 from app.errors import LlamaDeskError
 
-__all__ = ["HttpServer", "McpConfig", "McpConfigError", "ServerConfig", "StdioServer", "load_config", "parse_config"]
+__all__ = [
+    "HttpServer",
+    "McpConfig",
+    "McpConfigError",
+    "ServerConfig",
+    "StdioServer",
+    "load_config",
+    "parse_config",
+]
 
 MAX_CONFIG_BYTES = 1_000_000
+
+
+def default_config_path() -> Path:
+    """The app's own ``mcp.json``, in the data folder."""
+    return paths.data_dir() / "mcp.json"
 
 
 class McpConfigError(LlamaDeskError):
@@ -97,7 +111,9 @@ def _server(name: str, entry: Any) -> ServerConfig | None:
         return None
     has_command, has_url = "command" in entry, "url" in entry
     if has_command == has_url:
-        raise McpConfigError(f"{where} needs either a 'command' (stdio) or a 'url' (HTTP), not both or neither.")
+        raise McpConfigError(
+            f"{where} needs either a 'command' (stdio) or a 'url' (HTTP), not both or neither."
+        )
     if has_command:
         command = entry["command"]
         if not isinstance(command, str) or not command.strip():
@@ -144,7 +160,9 @@ def load_config(path: Path) -> McpConfig:
     except UnicodeDecodeError:
         raise McpConfigError(f"The MCP configuration {path} is not UTF-8 text.") from None
     except OSError as exc:
-        raise McpConfigError(f"The MCP configuration {path} cannot be read: {exc.strerror or exc}.") from None
+        raise McpConfigError(
+            f"The MCP configuration {path} cannot be read: {exc.strerror or exc}."
+        ) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
