@@ -16,7 +16,9 @@ __all__ = ["register"]
 
 
 def register(sub: Any) -> None:
-    mcp = sub.add_parser("mcp", help="MCP servers: list them and their tools", description="MCP servers.")
+    mcp = sub.add_parser(
+        "mcp", help="MCP servers: list them and their tools", description="MCP servers."
+    )
     commands = mcp.add_subparsers(dest="mcp_command", metavar="COMMAND", required=True)
     p = commands.add_parser(
         "list",
@@ -24,9 +26,13 @@ def register(sub: Any) -> None:
         description="Connect to each MCP server of the configuration (an mcp.json with "
         "'mcpServers', as LM Studio, Cursor and Claude write it) and list its tools.",
     )
-    p.add_argument("--config", type=Path, metavar="FILE", help="the mcp.json (default: the app's own)")
+    p.add_argument(
+        "--config", type=Path, metavar="FILE", help="the mcp.json (default: the app's own)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--timeout", type=float, default=20.0, metavar="S", help="seconds to wait for each server")
+    p.add_argument(
+        "--timeout", type=float, default=20.0, metavar="S", help="seconds to wait for each server"
+    )
     p.set_defaults(func=cmd_list)
 
 
@@ -60,7 +66,11 @@ def cmd_list(args: argparse.Namespace) -> int:
                 "connected": status.connected,
                 "error": status.sentence or None,
                 "tools": [
-                    {"name": t.name, "description": t.description, "input_schema": dict(t.input_schema)}
+                    {
+                        "name": t.name,
+                        "description": t.description,
+                        "input_schema": dict(t.input_schema),
+                    }
                     for t in status.tools
                 ],
             }
@@ -77,6 +87,10 @@ def cmd_list(args: argparse.Namespace) -> int:
             if not entry["connected"]:
                 print(f"  {entry['error']}")
             for tool in entry["tools"]:
-                summary = tool["description"].strip().splitlines()[0] if tool["description"].strip() else ""
+                summary = (
+                    tool["description"].strip().splitlines()[0]
+                    if tool["description"].strip()
+                    else ""
+                )
                 print(f"  {tool['name']}" + (f": {summary}" if summary else ""))
     return 0 if all(s.connected for s in statuses) else 1

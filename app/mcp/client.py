@@ -57,6 +57,7 @@ class CallOutcome(enum.Enum):
     SERVER_FAILED = "server_failed"  # not connected, crashed, or the connection broke
     UNKNOWN_TOOL = "unknown_tool"
     DENIED = "denied"  # the user said no (see app.mcp.approval)
+    LOOP_STOPPED = "loop_stopped"  # not run: the turn's tool rounds stop (app.mcp.loop_guard)
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,7 +142,11 @@ def parse_config(data: Any, source: str = "The MCP configuration") -> McpConfig:
     for name, entry in data["mcpServers"].items():
         if not name.strip():
             raise McpConfigError(f"{source} has a server with an empty name.")
-        server = _server(name, entry)
+        try:
+            server = _server(name, entry)
+        except McpConfigError as exc:
+            said = str(exc)
+            raise McpConfigError(f"{source}: {said[0].lower()}{said[1:]}") from None
         if server is not None:
             servers.append(server)
     return McpConfig(tuple(servers))

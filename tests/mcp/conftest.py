@@ -24,7 +24,9 @@ def _free_port() -> int:
 def http_server() -> Iterator[HttpServer]:
     port = _free_port()
     child = subprocess.Popen(
-        [sys.executable, str(SERVER_SCRIPT), "http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, str(SERVER_SCRIPT), "http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 30

@@ -22,7 +22,9 @@ TOOLS = {"echo", "write_file", "sleep", "crash", "environment", "fail"}
 T = TypeVar("T")
 
 
-def _with(server: ServerConfig, body: Callable[[McpConnection], Awaitable[T]], start_timeout: float = 30) -> T:
+def _with(
+    server: ServerConfig, body: Callable[[McpConnection], Awaitable[T]], start_timeout: float = 30
+) -> T:
     async def main() -> T:
         async with McpConnection(server, start_timeout) as connection:
             return await body(connection)
@@ -40,8 +42,11 @@ def test_tools_are_listed_and_called(http_server: HttpServer, which: str) -> Non
 
     async def body(c: McpConnection) -> tuple[set[str], ToolResult, ToolResult, ToolResult]:
         names = {t.name for t in c.status.tools}
-        return names, await c.call("echo", {"text": "hi"}), await c.call("fail", {"reason": "no"}), await c.call(
-            "nope", {}
+        return (
+            names,
+            await c.call("echo", {"text": "hi"}),
+            await c.call("fail", {"reason": "no"}),
+            await c.call("nope", {}),
         )
 
     names, echo, fail, unknown = _with(server, body)
@@ -52,20 +57,28 @@ def test_tools_are_listed_and_called(http_server: HttpServer, which: str) -> Non
     assert unknown.sentence == f"there is no tool 'nope' on the MCP server '{server.name}'."
 
 
-def test_the_stdio_child_gets_only_its_environment_and_a_minimal_path(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_stdio_child_gets_only_its_environment_and_a_minimal_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("LLAMADESK_SECRET_TOKEN", "s3cret")
 
     async def body(c: McpConnection) -> ToolResult:
         return await c.call("environment", {})
 
     result = _with(stdio_server(env={"GIVEN": "1"}), body)
-    names = set(json.loads(result.text)) if result.text.startswith("[") else set(result.text.split("\n"))
+    names = (
+        set(json.loads(result.text))
+        if result.text.startswith("[")
+        else set(result.text.split("\n"))
+    )
     # Python itself may add LC_CTYPE (its C-locale coercion); nothing of the parent's.
     assert names - {"LC_CTYPE"} == {"GIVEN", "PATH"}
 
 
 @pytest.mark.parametrize("which", ["stdio", "http"])
-def test_a_sleeping_tool_times_out_and_the_server_stays_usable(http_server: HttpServer, which: str) -> None:
+def test_a_sleeping_tool_times_out_and_the_server_stays_usable(
+    http_server: HttpServer, which: str
+) -> None:
     server = stdio_server() if which == "stdio" else http_server
 
     async def body(c: McpConnection) -> tuple[ToolResult, float, ToolResult]:
@@ -75,7 +88,10 @@ def test_a_sleeping_tool_times_out_and_the_server_stays_usable(http_server: Http
 
     slow, took, after = _with(server, body)
     assert slow.outcome is CallOutcome.TIMEOUT
-    assert slow.sentence == f"The tool 'sleep' on the MCP server '{server.name}' did not finish within 1 s and was stopped."
+    assert (
+        slow.sentence
+        == f"The tool 'sleep' on the MCP server '{server.name}' did not finish within 1 s and was stopped."
+    )
     assert took < 10
     assert after.ok
 
@@ -117,7 +133,11 @@ def test_servers_that_will_not_start_are_sentences_and_the_others_work() -> None
     config = McpConfig(
         (
             StdioServer("missing", "/nonexistent/server-binary"),
-            StdioServer("dies", sys.executable, ("-c", "import sys; print('bad flag', file=sys.stderr); sys.exit(2)")),
+            StdioServer(
+                "dies",
+                sys.executable,
+                ("-c", "import sys; print('bad flag', file=sys.stderr); sys.exit(2)"),
+            ),
             stdio_server("fine"),
         )
     )
@@ -146,5 +166,7 @@ def test_a_server_that_never_answers_is_a_sentence() -> None:
 
     start = time.monotonic()
     status = _with(mute, body, start_timeout=2)
-    assert status == ServerStatus("mute", False, (), "The MCP server 'mute' did not answer within 2 s.")
+    assert status == ServerStatus(
+        "mute", False, (), "The MCP server 'mute' did not answer within 2 s."
+    )
     assert time.monotonic() - start < 20

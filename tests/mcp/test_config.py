@@ -21,8 +21,16 @@ def _write(tmp_path: Path, data: Any) -> Path:
 def test_the_shape_other_apps_write_is_read_as_it_is(tmp_path: Path) -> None:
     data = {
         "mcpServers": {
-            "files": {"command": "npx", "args": ["-y", "server-filesystem", "/tmp"], "env": {"DEBUG": "1"}},
-            "search": {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer x"}, "type": "http"},
+            "files": {
+                "command": "npx",
+                "args": ["-y", "server-filesystem", "/tmp"],
+                "env": {"DEBUG": "1"},
+            },
+            "search": {
+                "url": "https://example.com/mcp",
+                "headers": {"Authorization": "Bearer x"},
+                "type": "http",
+            },
             "old": {"command": "x", "disabled": True},
         }
     }
@@ -41,11 +49,23 @@ def test_the_shape_other_apps_write_is_read_as_it_is(tmp_path: Path) -> None:
         ("{nope", "is not valid JSON (line 1, column 2"),
         ([], "must be a JSON object with an 'mcpServers' object"),
         ({"servers": {}}, "must be a JSON object with an 'mcpServers' object"),
-        ({"mcpServers": {"a": "npx"}}, "The MCP server 'a' must be an object with a 'command' or a 'url'"),
-        ({"mcpServers": {"a": {}}}, "The MCP server 'a' needs either a 'command' (stdio) or a 'url'"),
+        (
+            {"mcpServers": {"a": "npx"}},
+            "mcp.json: the MCP server 'a' must be an object with a 'command' or a 'url'",
+        ),
+        (
+            {"mcpServers": {"a": {}}},
+            "the MCP server 'a' needs either a 'command' (stdio) or a 'url'",
+        ),
         ({"mcpServers": {"a": {"command": "x", "url": "http://h"}}}, "not both or neither"),
-        ({"mcpServers": {"a": {"command": "x", "args": "-y"}}}, "The MCP server 'a': 'args' must be a list of strings"),
-        ({"mcpServers": {"a": {"command": "x", "env": {"N": 1}}}}, "'env': the value of 'N' must be a string"),
+        (
+            {"mcpServers": {"a": {"command": "x", "args": "-y"}}},
+            "the MCP server 'a': 'args' must be a list of strings",
+        ),
+        (
+            {"mcpServers": {"a": {"command": "x", "env": {"N": 1}}}},
+            "'env': the value of 'N' must be a string",
+        ),
         ({"mcpServers": {"a": {"url": "ftp://h"}}}, "'url' must be an http:// or https:// address"),
         ({"mcpServers": {"a": {"command": " "}}}, "'command' must be a non-empty string"),
     ],
