@@ -253,3 +253,18 @@ def test_a_malformed_call_after_its_name_is_an_error_not_text() -> None:
     result = parser.result()
     assert result.calls == () and result.content == ""
     assert result.errors == ("The model's call to the tool 'note' is not well-formed.",)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fmt", [F.HERMES, F.MISTRAL_ARGS, F.QWEN3_CODER], ids=lambda f: f.value)
+def test_a_long_argument_streams_in_bounded_time(fmt: ToolCallFormat) -> None:
+    """A 20,000-character argument (a file's text) fed in 4-character pieces: a long JSON
+    value is not re-scanned from its start each time (the scan resumes)."""
+    body = 'line "quoted" \\ and more\n' * 800
+    reply = render_calls(SYNTAXES[fmt][0], [CallText("note", {"text": body})])
+    case = Case(fmt, reply, (("note", {"text": body.strip() if fmt is F.QWEN3_CODER else body}),))
+    events, result = _run(case, [reply[i : i + 4] for i in range(0, len(reply), 4)])
+    _check(case, events, result)
+    assert sum(isinstance(e, ArgumentsDelta) for e in events) > 1000, (
+        "the argument streams as it grows"
+    )

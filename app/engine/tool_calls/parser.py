@@ -26,6 +26,7 @@ from app.engine.tool_calls.events import (
 )
 from app.engine.tool_calls.formats import SYNTAXES, ToolCallFormat
 from app.engine.tool_calls.region import Draft, Schemas, read_region
+from app.engine.tool_calls.scan import ScanMemo
 from app.engine.tool_calls.syntax import CallSyntax
 
 __all__ = ["CallRecorder", "ToolCallParser", "new_call_id"]
@@ -132,6 +133,7 @@ class ToolCallParser:
         self._region: CallSyntax | None = None
         self._seen_text = False
         self._gap = ""
+        self._memo: ScanMemo = {}
 
     def feed(self, text: str) -> list[StreamEvent]:
         return self._route(self._splitter.feed(text), final=False)
@@ -207,11 +209,12 @@ class ToolCallParser:
                     self._buf = self._buf[len(self._buf) - keep :]
                     return
                 pos, self._region = found
+                self._memo = {}
                 before = self._buf[:pos]
                 self._emit_text(before.rstrip())
                 self._gap = before[len(before.rstrip()) :]  # given back if no call follows
                 self._buf = self._buf[pos:]
-            state = read_region(self._region, self._buf, self._schemas)
+            state = read_region(self._region, self._buf, self._schemas, self._memo)
             self._rec.update(state.drafts)
             if state.end is not None:
                 self._rec.commit(state.drafts)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine.tool_calls.arg_readers import read_gemma_args, read_py_call, read_tag_params
-from app.engine.tool_calls.scan import Cursor, NeedMore, NoMatch, json_value_end
+from app.engine.tool_calls.scan import Cursor, NeedMore, NoMatch, ScanMemo, json_value_end
 from app.engine.tool_calls.syntax import (
     CallId,
     CallSyntax,
@@ -55,9 +55,13 @@ class RegionState:
     failed: bool = False
 
 
-def read_region(syntax: CallSyntax, text: str, schemas: Schemas) -> RegionState:
+def read_region(
+    syntax: CallSyntax, text: str, schemas: Schemas, memo: ScanMemo | None = None
+) -> RegionState:
+    """Read the region ``text`` begins; ``memo``: kept between readings of one region
+    (its text only growing), so that a long JSON value is not scanned again each time."""
     state = RegionState()
-    cur = Cursor(text)
+    cur = Cursor(text, memo=memo)
     try:
         if syntax.section_open:
             cur.literal(syntax.section_open)
@@ -118,7 +122,7 @@ def read_json_args(cur: Cursor, draft: Draft, announce: bool = True) -> None:
         raise NoMatch
     start = cur.pos
     try:
-        end = json_value_end(cur.text, start)
+        end = json_value_end(cur.text, start, cur.memo)
     except NeedMore:
         if announce:
             draft.args = cur.text[start:]

@@ -14,6 +14,7 @@ __all__ = [
     "Cursor",
     "NeedMore",
     "NoMatch",
+    "ScanMemo",
     "stable_prefix",
 ]
 
@@ -45,9 +46,10 @@ def stable_prefix(text: str, closer: str) -> str:
 class Cursor:
     """A position in the text read so far."""
 
-    def __init__(self, text: str, pos: int = 0) -> None:
+    def __init__(self, text: str, pos: int = 0, memo: ScanMemo | None = None) -> None:
         self.text = text
         self.pos = pos
+        self.memo = memo
 
     def at_end(self) -> bool:
         return self.pos >= len(self.text)
@@ -121,7 +123,7 @@ class Cursor:
         """Read one JSON value: (its start, the value)."""
         self.skip_ws()
         start = self.pos
-        end = json_value_end(self.text, start)
+        end = json_value_end(self.text, start, self.memo)
         try:
             value = json.loads(self.text[start:end])
         except ValueError:
@@ -130,26 +132,53 @@ class Cursor:
         return start, value
 
 
-def json_value_end(text: str, pos: int) -> int:
+# A JSON text as structure and runs: whole strings, brackets, and anything else.
+_JSON_PARTS: Final = re.compile(r'"(?:[^"\\]++|\\.)*+"|[{}\[\]]|[^"{}\[\]]++', re.S)
+# The rest of a string whose opening quote was read, and the part of one that is complete.
+_STRING_REST: Final = re.compile(r'(?:[^"\\]++|\\.)*+"', re.S)
+_STRING_SO_FAR: Final = re.compile(r'(?:[^"\\]++|\\.)*+', re.S)
+
+# Where the scan of a JSON value starting at an offset stopped for want of text: the text
+# it had read, the position it reached, the bracket depth there and whether that is inside
+# a string, so that re-reading a longer buffer resumes instead of starting over.
+ScanMemo = dict[int, tuple[str, int, int, bool]]
+
+
+def json_value_end(text: str, pos: int, memo: ScanMemo | None = None) -> int:
     """Where the JSON value starting at ``pos`` ends (its syntax is checked when parsed)."""
     if pos >= len(text):
         raise NeedMore
     first = text[pos]
     if first in "{[":
-        depth = 0
-        i = pos
-        while i < len(text):
-            c = text[i]
-            if c == '"':
-                i = _string_end(text, i)
+        i, depth, in_string = pos, 0, False
+        saved = memo.get(pos) if memo is not None else None
+        if saved is not None and text.startswith(saved[0]):
+            i, depth, in_string = saved[1], saved[2], saved[3]
+        while True:
+            if in_string:
+                rest = _STRING_REST.match(text, i)
+                if rest is None:
+                    i = _STRING_SO_FAR.match(text, i).end()  # type: ignore[union-attr]
+                    break
+                i, in_string = rest.end(), False
                 continue
-            if c in "{[":
+            if i >= len(text):
+                break
+            if text[i] == '"':
+                i, in_string = i + 1, True
+                continue
+            match = _JSON_PARTS.match(text, i)
+            assert match is not None  # anything but a quote matches
+            part = match.group()
+            if part in ("{", "["):
                 depth += 1
-            elif c in "}]":
+            elif part in ("}", "]"):
                 depth -= 1
                 if depth == 0:
-                    return i + 1
-            i += 1
+                    return match.end()
+            i = match.end()
+        if memo is not None:
+            memo[pos] = (text[:i], i, depth, in_string)
         raise NeedMore
     if first == '"':
         return _string_end(text, pos)
