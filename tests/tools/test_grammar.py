@@ -12,7 +12,8 @@ import llama_cpp
 import pytest
 
 from app.engine.tool_calls import SYNTAXES, CallText, ToolCallFormat, new_parser, render_calls
-from app.engine.tool_calls.grammar import ToolChoice, ToolGrammarError, ToolSpec, call_grammar
+from app.engine.tool_calls.grammar import ToolChoice, ToolGrammarError, call_grammar
+from app.engine.tool_calls.specs import ToolSpec
 from tests.tools.grammar_check import grammar_accepts
 
 F = ToolCallFormat

@@ -17,6 +17,7 @@ from app.engine.tool_calls.formats import (
 )
 from app.engine.tool_calls.parser import ToolCallParser, new_call_id
 from app.engine.tool_calls.render import CallText, render_calls
+from app.engine.tool_calls.specs import ToolSpec, ToolSpecError, check_arguments, tool_specs
 from app.engine.tool_calls.stream import StreamingToolParser, new_parser
 
 __all__ = [
@@ -32,9 +33,13 @@ __all__ = [
     "ToolCall",
     "ToolCallFormat",
     "ToolCallParser",
+    "ToolSpec",
+    "ToolSpecError",
+    "check_arguments",
     "detect_tool_format",
     "new_call_id",
     "new_parser",
     "render_calls",
     "template_declares_tools",
+    "tool_specs",
 ]

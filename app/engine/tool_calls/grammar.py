@@ -22,6 +22,7 @@ from app.engine.errors import ContextError
 from app.engine.grammar_bounds import GrammarBoundsError, GrammarSyntaxError, check_grammar
 from app.engine.json_grammar import SchemaGrammarError, schema_grammar
 from app.engine.tool_calls.formats import SYNTAXES, ToolCallFormat
+from app.engine.tool_calls.specs import ToolSpec
 from app.engine.tool_calls.syntax import (
     CallId,
     CallSyntax,
@@ -48,14 +49,6 @@ class ToolGrammarError(ContextError):
 class ToolChoice(enum.Enum):
     AUTO = "auto"  # the model may call: a lazy grammar from the trigger on
     REQUIRED = "required"  # the reply is one call (or several, when parallel) to any tool
-
-
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    """A function the model may call: its name and its parameters' JSON schema."""
-
-    name: str
-    parameters: Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
