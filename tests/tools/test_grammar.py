@@ -31,8 +31,7 @@ WEATHER = ToolSpec(
 )
 NOOP = ToolSpec("noop", {"type": "object", "properties": {}})
 TOOLS = [WEATHER, NOOP]
-# Written in every syntax except the two whose arguments are not JSON-shaped.
-FORCEABLE = [f for f in F if f not in (F.LFM2, F.GEMMA4)]
+FORCEABLE = list(F)
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +126,14 @@ def test_schemas_that_cannot_be_enforced_are_sentences() -> None:
         ToolGrammarError, match="names the function 'nope', which is not among the tools"
     ):
         call_grammar(F.HERMES, TOOLS, only="nope")
-    with pytest.raises(ToolGrammarError, match="not available for this model family"):
-        call_grammar(F.LFM2, TOOLS)
+    nested = ToolSpec("f", {"type": "object", "properties": {"o": {"type": "object"}}})
+    for fmt, family in ((F.LFM2, "LFM2"), (F.GEMMA4, "Gemma 4")):
+        with pytest.raises(ToolGrammarError) as caught:
+            call_grammar(fmt, [nested])
+        assert str(caught.value) == (
+            f"Forced calls in {family}'s syntax take strings, numbers and booleans; a parameter of the tool 'f' "
+            "is not one of them."
+        )
+    call_grammar(F.HERMES, [nested])  # JSON arguments take any schema
     with pytest.raises(ToolGrammarError, match="without tools"):
         call_grammar(F.HERMES, [])

@@ -30,6 +30,7 @@ from app.engine.tool_calls.syntax import (
     JsonCall,
     Lit,
     Name,
+    PyCall,
     TagParams,
 )
 
@@ -136,6 +137,56 @@ def _tag_params(piece: TagParams, tool: ToolSpec, prefix: str, rules: list[str])
     return " ".join(parts) if parts else '""'
 
 
+@dataclass(frozen=True, slots=True)
+class _FlatStyle:
+    """How a family without JSON arguments writes a parameter (LFM2, Gemma 4)."""
+
+    family: str
+    assign: str
+    quote: str  # around a string
+    true: str
+    false: str
+
+
+_PY: Final = _FlatStyle("LFM2", "=", '"', "True", "False")
+_GEMMA: Final = _FlatStyle("Gemma 4", ":", '<|"|>', "true", "false")
+_SCALARS: Final = frozenset({"string", "integer", "number", "boolean"})
+
+
+def _flat_value(prop: Any, style: _FlatStyle, name: str, rules: list[str], tool: str) -> str:
+    kind = prop.get("type") if isinstance(prop, Mapping) else None
+    enum = prop.get("enum") if isinstance(prop, Mapping) else None
+    quote = _literal(style.quote)
+    if isinstance(enum, list) and enum and all(isinstance(w, str) for w in enum):
+        return f"{quote} (" + " | ".join(_literal(w) for w in enum) + f") {quote}"
+    if kind not in _SCALARS:
+        raise ToolGrammarError(
+            f"Forced calls in {style.family}'s syntax take strings, numbers and booleans; a parameter of the "
+            f"tool '{tool}' is not one of them."
+        )
+    if kind == "string" and style.quote == '"':  # a JSON-escaped string is a Python literal
+        rules.append(name + r' ::= ([^"\\\x00-\x1F] | "\\" ["\\/bfnrt])*')
+        return f"{quote} {name} {quote}"
+    if kind == "string":
+        return f"{quote} {_until(style.quote, name, rules)} {quote}"
+    if kind == "boolean":
+        return f"({_literal(style.true)} | {_literal(style.false)})"
+    return _schema_rule(prop, name + "-", rules, tool)
+
+
+def _flat_params(tool: ToolSpec, prefix: str, rules: list[str], style: _FlatStyle) -> str:
+    """The parameters, in the schema's order, each optional one optional (the readers
+    take the separating comma as optional too)."""
+    items, required = _params(tool.parameters)
+    sep = '","? " "?'
+    parts = []
+    for k, (key, prop) in enumerate(items):
+        value = _flat_value(prop, style, f"{prefix}p{k}", rules, tool.name)
+        part = f"{sep if k else ''} {_literal(key + style.assign)} {value}"
+        parts.append(part if key in required else f"({part})?")
+    return " ".join(parts) if parts else '""'
+
+
 def _call_rule(syntax: CallSyntax, tool: ToolSpec, k: int, rules: list[str]) -> str:
     prefix = f"t{k}-"
     out = []
@@ -170,10 +221,10 @@ def _call_rule(syntax: CallSyntax, tool: ToolSpec, k: int, rules: list[str]) -> 
             out.append(_schema_rule(whole, prefix, rules, tool.name))
         elif isinstance(piece, TagParams):
             out.append(_tag_params(piece, tool, prefix, rules))
+        elif isinstance(piece, PyCall):
+            out.append(f'{_literal(tool.name)} "(" {_flat_params(tool, prefix, rules, _PY)} ")"')
         else:
-            raise ToolGrammarError(
-                f"Forced tool calls are not available for this model family ({type(piece).__name__} arguments)."
-            )
+            out.append(f'"{{" {_flat_params(tool, prefix, rules, _GEMMA)} "}}"')
     rules.append(f"call-{k} ::= {' '.join(out)}")
     return f"call-{k}"
 

@@ -48,7 +48,8 @@ def gemma_value(value: Any) -> str:
 
 
 def _py_value(value: Any) -> str:
-    return repr(value) if isinstance(value, (str, bool)) or value is None else _dumps(value)
+    """A Python literal (strings double-quoted, as LFM2 writes them)."""
+    return repr(value) if isinstance(value, bool) or value is None else _dumps(value)
 
 
 def _tag_params(piece: TagParams, arguments: Mapping[str, Any]) -> str:
