@@ -11,6 +11,7 @@ import jsonschema  # type: ignore[import-untyped]
 import llama_cpp
 import pytest
 
+from app.engine.reasoning import ReasoningFormat
 from app.engine.tool_calls import SYNTAXES, CallText, ToolCallFormat, new_parser, render_calls
 from app.engine.tool_calls.grammar import ToolChoice, ToolGrammarError, call_grammar
 from app.engine.tool_calls.specs import ToolSpec
@@ -137,3 +138,40 @@ def test_schemas_that_cannot_be_enforced_are_sentences() -> None:
     call_grammar(F.HERMES, [nested])  # JSON arguments take any schema
     with pytest.raises(ToolGrammarError, match="without tools"):
         call_grammar(F.HERMES, [])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("fmt", "think", "opened", "reasoning"),
+    [
+        (F.HERMES, ReasoningFormat.THINK_TAGS, False, "<think>\nFirst the city.\n</think>\n\n"),
+        (F.QWEN3_CODER, ReasoningFormat.THINK_TAGS, True, "The user wants Paris.\n</think>\n\n"),
+        (F.MISTRAL_ARGS, ReasoningFormat.THINK_BRACKETS, False, "[THINK]Paris.[/THINK]"),
+        (
+            F.HARMONY,
+            ReasoningFormat.HARMONY,
+            False,
+            "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant",
+        ),
+    ],
+    ids=lambda v: getattr(v, "value", None),
+)
+def test_a_forced_call_may_reason_first(
+    model: llama_cpp.llama_model_p,
+    fmt: ToolCallFormat,
+    think: ReasoningFormat,
+    opened: bool,
+    reasoning: str,
+) -> None:
+    grammar = call_grammar(fmt, TOOLS, reasoning=think, starts_in_reasoning=opened).grammar
+    call = _text(fmt, CallText("get_weather", {"city": "Paris"}))
+    assert grammar_accepts(model, grammar, reasoning + call)
+    assert grammar_accepts(model, grammar, call) is not opened, (
+        "reasoning is optional unless the prompt opened it"
+    )
+    parser = new_parser(fmt, think, starts_in_reasoning=opened)
+    parser.feed(reasoning + call)
+    parser.finish()
+    result = parser.result()
+    assert [(c.name, c.arguments) for c in result.calls] == [("get_weather", {"city": "Paris"})]
+    assert result.reasoning.strip() and result.reasoning.strip() in reasoning

@@ -21,6 +21,7 @@ from typing import Any, Final
 from app.engine.errors import ContextError
 from app.engine.grammar_bounds import GrammarBoundsError, GrammarSyntaxError, check_grammar
 from app.engine.json_grammar import SchemaGrammarError, schema_grammar
+from app.engine.reasoning import ReasoningFormat, format_markers
 from app.engine.tool_calls.formats import SYNTAXES, ToolCallFormat
 from app.engine.tool_calls.specs import ToolSpec
 from app.engine.tool_calls.syntax import (
@@ -234,6 +235,18 @@ def _trigger_pattern(syntax: CallSyntax) -> str:
     return rf"^\s*({escaped})" if syntax.start_only else f"({escaped})"
 
 
+def _reasoning_prefix(reasoning: ReasoningFormat, opened: bool, rules: list[str]) -> str:
+    """The optional reasoning before forced calls (the whole reasoning when the prompt
+    opened it): the model still thinks first, as llama.cpp lets it."""
+    opens, closes = format_markers(reasoning)
+    if not opens or reasoning is ReasoningFormat.GLIMMER:
+        return ""
+    thought = f"{_until(closes[0], 'thought-text', rules)} {_literal(closes[0])}"
+    after = '"<|start|>assistant"' if reasoning is ReasoningFormat.HARMONY else "[ \t\n]*"
+    rules.append(f"thought ::= {thought} {after}")
+    return "thought " if opened else f"({_literal(opens[0])} thought)? "
+
+
 def call_grammar(
     fmt: ToolCallFormat,
     tools: Sequence[ToolSpec],
@@ -241,8 +254,14 @@ def call_grammar(
     *,
     only: str | None = None,
     parallel: bool = False,
+    reasoning: ReasoningFormat = ReasoningFormat.NONE,
+    starts_in_reasoning: bool = False,
 ) -> CallGrammar:
-    """The grammar of calls to ``tools`` (to the one named ``only``, for a named choice)."""
+    """The grammar of calls to ``tools`` (to the one named ``only``, for a named choice).
+
+    ``reasoning`` (and ``starts_in_reasoning``: the prompt opened it) let a forced reply
+    reason first; a lazy grammar starts at the call, after any reasoning, and ignores them.
+    """
     if only is not None:
         tools = [t for t in tools if t.name == only]
         if not tools:
@@ -262,7 +281,12 @@ def call_grammar(
         )
     else:
         body = f"call ({_literal(syntax.separator or chr(10))} call)*" if parallel else "call"
-    grammar = f"root ::= {body}\n" + "\n".join(rules) + "\n"
+    lead = (
+        ""
+        if choice is ToolChoice.AUTO
+        else _reasoning_prefix(reasoning, starts_in_reasoning, rules)
+    )
+    grammar = f"root ::= {lead}{body}\n" + "\n".join(rules) + "\n"
     try:
         check_grammar(grammar)
     except (GrammarBoundsError, GrammarSyntaxError) as exc:
