@@ -72,3 +72,19 @@ def test_arguments_are_checked_against_the_schema() -> None:
         "The arguments of the call to 'get_weather' do not fit its schema at ['days']: "
         "0 is less than the minimum of 1."
     )
+
+
+def test_the_generic_description_s_example_is_what_the_generic_parser_reads() -> None:
+    from app.engine.tool_calls import ToolCallFormat, new_parser
+    from app.engine.tool_calls.generic import generic_tools_prompt
+
+    (spec,) = tool_specs([WEATHER])
+    prompt = generic_tools_prompt([spec])
+    assert '"name": "get_weather"' in prompt and '"required": [' in prompt
+    example = prompt.split("several calls go in the list):\n", 1)[1].split("\n", 1)[0]
+    parser = new_parser(ToolCallFormat.GENERIC)
+    parser.feed(example)
+    parser.finish()
+    assert [(c.name, c.arguments) for c in parser.result().calls] == [
+        ("get_weather", {"argument": "value"})
+    ]
