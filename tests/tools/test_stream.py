@@ -248,11 +248,23 @@ def test_a_call_cut_off_is_reported_and_nothing_retracted() -> None:
 
 def test_a_malformed_call_after_its_name_is_an_error_not_text() -> None:
     parser = new_parser(F.MISTRAL_ARGS)
-    parser.feed("[TOOL_CALLS]note[ARGS][1, 2]")
+    parser.feed("[TOOL_CALLS]note[ARGS][1, 2] and the rest")
     parser.finish()
     result = parser.result()
-    assert result.calls == () and result.content == ""
+    assert result.calls == ()
+    assert result.content == "[1, 2] and the rest", "what follows the break is kept"
     assert result.errors == ("The model's call to the tool 'note' is not well-formed.",)
+
+
+def test_a_broken_call_between_good_ones_keeps_the_good_ones() -> None:
+    parser = new_parser(F.HERMES)
+    parser.feed('<tool_call>{"name": "a", "arguments": {}}</tool_call>')
+    parser.feed('<tool_call>{"name": "b", "arguments": 3}</tool_call>')
+    parser.feed('<tool_call>{"name": "c", "arguments": {"x": 1}}</tool_call>')
+    parser.finish()
+    result = parser.result()
+    assert [(c.index, c.name) for c in result.calls] == [(0, "a"), (2, "c")]
+    assert result.errors == ("The model's call to the tool 'b' is not well-formed.",)
 
 
 @pytest.mark.timeout(120)

@@ -143,6 +143,7 @@ class HarmonyToolParser:
             draft.done = False
         self._rec.update([draft])
         self._rec.commit([draft])
-        self._buf = self._buf[cur.pos :] if draft.done else ""
+        # After a broken call, its text from where it broke on is read as messages again.
+        self._buf = self._buf[cur.pos :]
         self._state = _State.HEADER
         return True

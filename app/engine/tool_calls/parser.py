@@ -54,6 +54,9 @@ class CallRecorder:
         self.calls: list[ToolCall] = []
         self.errors: list[str] = []
         self._open: dict[int, _Announced] = {}  # announced calls of the current region
+        # The index of the region's first call: announced calls keep their index, even
+        # a broken one, so that a stream never reuses an index.
+        self._base = 0
 
     def text(self, text: str) -> None:
         if text:
@@ -70,7 +73,7 @@ class CallRecorder:
         return bool(self._open)
 
     def update(self, drafts: list[Draft]) -> None:
-        base = len(self.calls)
+        base = self._base
         for k, draft in enumerate(drafts):
             index = base + k
             seen = self._open.get(index)
@@ -87,19 +90,20 @@ class CallRecorder:
     def commit(self, drafts: list[Draft], cut_off: bool = False) -> None:
         """End the region: its complete calls become results; an announced call that is
         not complete is reported."""
-        base = len(self.calls)
+        base = self._base
         for k, draft in enumerate(drafts):
             seen = self._open.get(base + k)
             if seen is None:
                 break
             if draft.done and draft.arguments is not None and seen.args == draft.args:
                 self.calls.append(
-                    ToolCall(len(self.calls), seen.call_id, seen.name, seen.args, draft.arguments)
+                    ToolCall(base + k, seen.call_id, seen.name, seen.args, draft.arguments)
                 )
                 continue
             why = "was cut off before it was complete" if cut_off else "is not well-formed"
             self.errors.append(f"The model's call to the tool '{seen.name}' {why}.")
             break
+        self._base += len(self._open)
         self._open.clear()
 
     def result(self) -> ParseResult:
@@ -226,8 +230,12 @@ class ToolCallParser:
                 return
             if self._rec.announced:
                 self._rec.commit(state.drafts, cut_off=not state.failed)
-                self._buf = ""  # the markup of a broken call is not answer text
+                # What follows the place the call broke is kept as text (nothing is lost).
+                self._buf = self._buf[state.failed_at :] if state.failed else ""
                 self._region = None
+                self._seen_text = True
+                if state.failed:
+                    continue
                 return
             # Not a call after all: the trigger is text, and scanning goes on after it.
             trigger = self._region.trigger

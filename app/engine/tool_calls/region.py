@@ -48,11 +48,12 @@ class Draft:
 @dataclass(slots=True)
 class RegionState:
     """The calls read so far; ``end``: where the region ended (None: it goes on);
-    ``failed``: the text is not this syntax (from the last draft on)."""
+    ``failed``: the text is not this syntax (from the last draft on), from ``failed_at``."""
 
     drafts: list[Draft] = field(default_factory=list)
     end: int | None = None
     failed: bool = False
+    failed_at: int = 0
 
 
 def read_region(
@@ -82,6 +83,7 @@ def read_region(
         return state
     except NoMatch:
         state.failed = True
+        state.failed_at = cur.pos
         return state
 
 
