@@ -280,3 +280,61 @@ def test_a_long_argument_streams_in_bounded_time(fmt: ToolCallFormat) -> None:
     assert sum(isinstance(e, ArgumentsDelta) for e in events) > 1000, (
         "the argument streams as it grows"
     )
+
+
+_SOUP = [
+    *(
+        "<tool_call>",
+        "</tool_call>",
+        "{",
+        "}",
+        '"name"',
+        ":",
+        '"x"',
+        '"arguments"',
+        ",",
+        "[",
+        "]",
+        " ",
+        "\n",
+    ),
+    *(
+        "<|channel|>",
+        "<|message|>",
+        "<|end|>",
+        "<|call|>",
+        "<|start|>",
+        " to=functions.f",
+        "[TOOL_CALLS]",
+    ),
+    *(
+        "[ARGS]",
+        "<think>",
+        "</think>",
+        "<function=",
+        "<parameter=",
+        ">",
+        "</parameter>",
+        "(",
+        ")",
+        "=",
+    ),
+    *('<|"|>', "call:", "<|tool_call>", "<tool_call|>", "<|tool_call_start|>", "\\", '"', "abc"),
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    fmt=st.sampled_from(list(F)),
+    parts=st.lists(st.sampled_from(_SOUP), max_size=40),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=20),
+)
+def test_any_text_is_read_without_error_and_indices_are_never_reused(
+    fmt: ToolCallFormat, parts: list[str], cuts: list[int]
+) -> None:
+    reply = "".join(parts)
+    think = ReasoningFormat.HARMONY if fmt is F.HARMONY else ReasoningFormat.THINK_TAGS
+    events, result = _run(Case(fmt, reply, (), think=think), _chunked(reply, cuts) if reply else [])
+    started = [e.index for e in events if isinstance(e, CallStarted)]
+    assert started == list(range(len(started)))
+    assert all(json.loads(c.arguments_text) == c.arguments for c in result.calls)
