@@ -36,3 +36,26 @@ def grammar_accepts(model: llama_cpp.llama_model_p, grammar: str, text: str) -> 
         return _allowed(sampler, llama_cpp.llama_vocab_eos(vocab))
     finally:
         llama_cpp.llama_sampler_free(sampler)
+
+
+def lazy_grammar_accepts(
+    model: llama_cpp.llama_model_p, grammar: str, patterns: tuple[str, ...], text: str
+) -> bool:
+    """Whether a lazy grammar (started by llama.cpp at ``patterns``) lets a model write
+    ``text``. An invalid pattern aborts the process (std::regex throws through the C API):
+    run this in a child process."""
+    vocab = llama_cpp.llama_model_get_vocab(model)
+    words = (ctypes.c_char_p * len(patterns))(*(p.encode() for p in patterns))
+    sampler = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+        vocab, grammar.encode(), b"root", words, len(patterns), None, 0
+    )
+    assert sampler, "llama.cpp could not build the lazy grammar"
+    try:
+        for byte in text.encode("utf-8"):
+            token = BYTE_TOKEN_BASE + byte
+            if not _allowed(sampler, token):
+                return False
+            llama_cpp.llama_sampler_accept(sampler, token)
+        return _allowed(sampler, llama_cpp.llama_vocab_eos(vocab))
+    finally:
+        llama_cpp.llama_sampler_free(sampler)

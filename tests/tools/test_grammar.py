@@ -3,7 +3,11 @@ write exactly the calls this family's parser reads, with arguments valid by the 
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -175,3 +179,53 @@ def test_a_forced_call_may_reason_first(
     result = parser.result()
     assert [(c.name, c.arguments) for c in result.calls] == [("get_weather", {"city": "Paris"})]
     assert result.reasoning.strip() and result.reasoning.strip() in reasoning
+
+
+def _grammar_start(pattern: str, reply: str) -> int | None:
+    """Where llama.cpp starts the lazy grammar: the first non-empty capturing group."""
+    match = re.search(pattern, reply)
+    if match is None:
+        return None
+    return next(
+        (match.start(g) for g in range(1, (match.lastindex or 0) + 1) if match.group(g)),
+        match.start(),
+    )
+
+
+@pytest.mark.parametrize("opened", [False, True])
+def test_a_lazy_grammar_does_not_start_inside_the_reasoning(opened: bool) -> None:
+    lazy = call_grammar(
+        F.HERMES,
+        TOOLS,
+        ToolChoice.AUTO,
+        reasoning=ReasoningFormat.THINK_TAGS,
+        starts_in_reasoning=opened,
+    )
+    (pattern,) = lazy.trigger_patterns
+    call = _text(F.HERMES, CallText("noop", {}))
+    thinking = "" if opened else "<think>\n"
+    inside = thinking + "maybe <tool_call> is wrong here"
+    assert _grammar_start(pattern, inside) is None
+    reply = inside + "\n</think>\n\nSure. " + call
+    assert _grammar_start(pattern, reply) == reply.index(call)
+    if not opened:
+        assert _grammar_start(pattern, "No thinking. " + call) == len("No thinking. ")
+
+
+@pytest.mark.timeout(300)
+def test_llama_cpp_builds_every_lazy_grammar_and_starts_it_at_the_call(tiny_model: Path) -> None:
+    """In a child: an invalid trigger pattern would abort the process (std::regex throws)."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.tools.lazy_check", str(tiny_model)],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(results) == {f.value for f in F}
+    failing = {fmt: checks for fmt, checks in results.items() if not all(checks)}
+    assert failing == {}

@@ -42,6 +42,7 @@ _TOKEN: Final = re.compile(
 )
 _RULE_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9-]*")
 _ID_LENGTH_ANY: Final = 24
+_ECMA_SPECIAL: Final = re.compile(r"[\\^$.|?*+()\[\]{}/]")
 
 
 class ToolGrammarError(ContextError):
@@ -230,9 +231,26 @@ def _call_rule(syntax: CallSyntax, tool: ToolSpec, k: int, rules: list[str]) -> 
     return f"call-{k}"
 
 
-def _trigger_pattern(syntax: CallSyntax) -> str:
-    escaped = re.escape(syntax.trigger)
-    return rf"^\s*({escaped})" if syntax.start_only else f"({escaped})"
+def _regex_escape(text: str) -> str:
+    """``text`` as an ECMAScript pattern (llama.cpp's std::regex refuses some of the
+    identity escapes Python's re.escape writes, such as an escaped space)."""
+    return _ECMA_SPECIAL.sub(lambda m: "\\" + m.group(), text)
+
+
+def _trigger_pattern(syntax: CallSyntax, reasoning: ReasoningFormat, opened: bool) -> str:
+    """Where a lazy grammar starts: at the trigger, and not inside the reasoning (a model
+    thinking about a call is not calling)."""
+    trigger = _regex_escape(syntax.trigger)
+    if syntax.start_only:
+        return rf"^\s*({trigger})"
+    opens, closes = format_markers(reasoning)
+    if not opens or reasoning in (ReasoningFormat.HARMONY, ReasoningFormat.GLIMMER):
+        return f"({trigger})"
+    start, end = _regex_escape(opens[0].strip()), _regex_escape(closes[0].strip())
+    after = rf"^[\s\S]*?{end}[\s\S]*?({trigger})"
+    if opened:
+        return after
+    return rf"^(?!\s*{start})[\s\S]*?({trigger})|^\s*{start}[\s\S]*?{end}[\s\S]*?({trigger})"
 
 
 def _reasoning_prefix(reasoning: ReasoningFormat, opened: bool, rules: list[str]) -> str:
@@ -292,9 +310,6 @@ def call_grammar(
     except (GrammarBoundsError, GrammarSyntaxError) as exc:
         raise ToolGrammarError(f"The tools' grammar cannot be used: {exc}") from None
     if choice is ToolChoice.AUTO:
-        return CallGrammar(
-            grammar,
-            lazy=True,
-            trigger_patterns=tuple(_trigger_pattern(s) for s in SYNTAXES[fmt][:1]),
-        )
+        pattern = _trigger_pattern(syntax, reasoning, starts_in_reasoning)
+        return CallGrammar(grammar, lazy=True, trigger_patterns=(pattern,))
     return CallGrammar(grammar, lazy=False)
