@@ -338,3 +338,15 @@ def test_any_text_is_read_without_error_and_indices_are_never_reused(
     started = [e.index for e in events if isinstance(e, CallStarted)]
     assert started == list(range(len(started)))
     assert all(json.loads(c.arguments_text) == c.arguments for c in result.calls)
+
+
+def test_mistral_calls_get_ids_their_template_accepts() -> None:
+    parser = new_parser(F.MISTRAL_ARGS)
+    parser.feed('[TOOL_CALLS]note[ARGS]{"text": "a"}')
+    parser.finish()
+    (call,) = parser.result().calls
+    assert len(call.call_id) == 9 and call.call_id.isalnum()
+    hermes = new_parser(F.HERMES)
+    hermes.feed('<tool_call>{"name": "note", "arguments": {}}</tool_call>')
+    hermes.finish()
+    assert hermes.result().calls[0].call_id.startswith("call_")
