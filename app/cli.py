@@ -25,9 +25,10 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="store_true", help="show llama.cpp's log on stderr"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from app import engine_cli, hub_cli, server_cli
+    from app import engine_cli, hub_cli, mcp_cli, server_cli
 
     engine_cli.register(sub)
+    mcp_cli.register(sub)
     hub_cli.register(sub)
     server_cli.register(sub)
     try:

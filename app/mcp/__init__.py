@@ -1,0 +1,1 @@
+"""MCP servers and their tools (Qt-free): configuration, connections, approval, loop guard."""
