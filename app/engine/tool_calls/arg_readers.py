@@ -15,7 +15,7 @@ from app.engine.tool_calls.scan import Cursor, NeedMore, NoMatch, json_value_end
 from app.engine.tool_calls.syntax import TagParams
 
 if TYPE_CHECKING:
-    from app.engine.tool_calls.region import Draft
+    from app.engine.tool_calls.draft import Draft
 
 __all__ = ["read_gemma_args", "read_py_call", "read_tag_params"]
 

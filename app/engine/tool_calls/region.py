@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine.tool_calls.arg_readers import read_gemma_args, read_py_call, read_tag_params
+from app.engine.tool_calls.draft import Draft
 from app.engine.tool_calls.scan import Cursor, NeedMore, NoMatch, ScanMemo, json_value_end
 from app.engine.tool_calls.syntax import (
     CallId,
@@ -31,18 +32,6 @@ __all__ = ["Draft", "RegionState", "Schemas", "read_json_args", "read_region"]
 
 # Each tool's parameters schema by tool name (to tell string parameters in tagged formats).
 Schemas = Mapping[str, Mapping[str, Any]]
-
-
-@dataclass(slots=True)
-class Draft:
-    """A call as far as it has been read."""
-
-    name: str | None = None
-    call_id: str | None = None
-    started: bool = False  # name (and the model's id) known: the call can be announced
-    args: str = ""  # the arguments JSON text that can no longer change
-    arguments: dict[str, Any] | None = None  # set once the call is complete
-    done: bool = False
 
 
 @dataclass(slots=True)
