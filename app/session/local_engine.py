@@ -76,6 +76,7 @@ class LocalEngine:
             supports_thinking_toggle=bool(getattr(template, "supports_thinking_toggle", False)),
             supports_effort=bool(getattr(template, "supports_effort", False)),
             engine=ENGINE_NAME,
+            reasoning=engine.reasoning_defaults,
         )
 
     def memory(self) -> EngineMemory:

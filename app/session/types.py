@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, NewType
 
 from app.engine import Completion, ContextSettings, ModelInfo
-from app.engine.chat_template import ReasoningEffort, ReasoningOptions
+from app.engine.chat_template import ReasoningDefaults, ReasoningEffort, ReasoningOptions
 
 # Defined by the engine (one spelling of "shift" and "stop"), re-exported here.
 from app.engine.context_policy import ContextFullPolicy as ContextFullPolicy
@@ -150,6 +150,9 @@ class LoadedModel:
     supports_thinking_toggle: bool  # the template uses enable_thinking
     supports_effort: bool  # the template uses a reasoning effort
     engine: str = "llama.cpp"  # what runs it (a remote engine names itself)
+    # How its template reasons and whether a turn without a choice thinks (the engine's
+    # rule); None: not known (an engine that cannot say).
+    reasoning: ReasoningDefaults | None = None
 
     @property
     def path(self) -> str:
@@ -174,8 +177,9 @@ class ConversationSnapshot:
 # -- a conversation's stored settings (the sampling JSON) --------------------------------
 
 POLICY_KEY = "context_full_policy"  # older conversations keep their policy in the sampling JSON
-THINKING_KEY = "enable_thinking"  # bool, default True (as llama.cpp's server)
-EFFORT_KEY = "reasoning_effort"  # "low" | "medium" | "high", default "medium"
+THINKING_KEY = "enable_thinking"  # bool; absent: the model's default (ReasoningDefaults)
+EFFORT_KEY = "reasoning_effort"  # "low" | "medium" | "high"; absent: the template's default
+# What the window's effort choice shows when the conversation stored none.
 DEFAULT_EFFORT = ReasoningEffort.MEDIUM
 
 
@@ -185,10 +189,17 @@ def policy_of(sampling: Mapping[str, Any]) -> ContextFullPolicy | None:
 
 
 def reasoning_options(sampling: Mapping[str, Any]) -> ReasoningOptions:
-    """The reasoning choices a conversation's sampling dict holds (defaults: on, medium)."""
-    enable = sampling.get(THINKING_KEY, True)
-    try:
-        effort = ReasoningEffort(str(sampling.get(EFFORT_KEY) or DEFAULT_EFFORT))
-    except ValueError:
-        effort = DEFAULT_EFFORT
-    return ReasoningOptions(enable_thinking=enable is not False, effort=effort)
+    """The reasoning choices a conversation's sampling dict holds. What it does not hold
+    is None, the model's default: thinking per the engine's rule
+    (:class:`~app.engine.chat_template.ReasoningDefaults`), the template's own effort."""
+    enable = sampling.get(THINKING_KEY)
+    effort: ReasoningEffort | None = None
+    stored = sampling.get(EFFORT_KEY)
+    if stored:
+        try:
+            effort = ReasoningEffort(str(stored))
+        except ValueError:
+            effort = None  # an unknown effort: the template's default, not a guess
+    return ReasoningOptions(
+        enable_thinking=enable if isinstance(enable, bool) else None, effort=effort
+    )

@@ -2,8 +2,9 @@
 
 The tab keeps the branch it shows (storage messages), subscribes to its conversation's
 session events (``worker.stream(cid)``), streams the reply into the last message widget
-(rendered by the window's flush timer, never per token) and finishes it with the figures;
-the session saves the reply while it streams. A reasoning model's reply comes in two
+(rendered by the window's flush timer, never per token) and shows the stored reply when
+the turn ends: the session records the user's message and the reply (``Session.answer``),
+the tab writes no message. A reasoning model's reply comes in two
 parts, its reasoning (``TabTurn.on_reasoning``) then its answer (``TabTurn.on_tokens``);
 both are shown, saved and finished apart. The "Thinking" and "Effort" choices of the conversation (shown
 only when the model's template uses them) are kept with its sampling settings and go to
@@ -13,7 +14,7 @@ Its parts, each in its own module: what it needs from the window (:mod:`app.ui.t
 the storage <-> session conversions (:mod:`app.ui.chat_messages`), the status line's texts
 (:mod:`app.ui.tab_status`), the "When full", "Thinking" and "Effort" choices
 (:mod:`app.ui.tab_choices`), the token count before sending (:mod:`app.ui.tab_token_hint`),
-the streaming reply's buffers and finish (:mod:`app.ui.tab_reply`) and the turns with the
+the streaming reply's buffers (:mod:`app.ui.tab_reply`) and the turns with the
 session's events (:mod:`app.ui.tab_turn`). Each helper is given the tab as the narrow
 protocol of :mod:`app.ui.tab_protocols` it needs: the tab imports its helpers, never the
 other way round.
@@ -292,18 +293,11 @@ class ChatTab(QWidget):
             except LlamaDeskError as exc:
                 self.notify(str(exc))
                 return
-        try:
-            # The one message the UI still writes itself (issue 19 item 1: this moves into
-            # the session's recorder, the tab then only sends the text).
-            user = self.db.add_message(self.cid, "user", text, parent_id=parent)
-        except LlamaDeskError as exc:
-            self.notify(str(exc))
+        # The session records the message and its reply (the tab only asks, then shows).
+        if not self.turn.generate(parent, text):
             return
         self.composer.clear()
         self._cancel_edit()
-        self.reload_conversation()
-        self.host.conversation_changed(self.cid)
-        self.turn.generate(user.id)
 
     def regenerate(self, message_id: int) -> None:
         if self.generating or not self.host.model_ready():
@@ -432,10 +426,6 @@ class ChatTab(QWidget):
         elif info.get("resident"):
             self.info["on_disk"] = False
         self.update_status()
-
-    def finish_for_shutdown(self) -> None:
-        """Save the reply as it is (stopped) when the window closes mid-generation."""
-        self.turn.finish_for_shutdown()
 
     def flush(self, visible: bool) -> float | None:
         """Paint buffered text (when shown); returns the perf_counter time at which the oldest painted text was sampled, or None."""

@@ -48,6 +48,7 @@ class TurnTab(Protocol):
     conversation: Conversation
     branch: list[Message]  # the messages shown, the reply being written last
     view: ChatView
+    composer: Composer  # a refused turn's text goes back into it
     notice: MessageBar
     reply: ReplyBuffer
     reply_id: int | None

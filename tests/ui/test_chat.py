@@ -61,11 +61,14 @@ def test_send_and_stream(qtbot: Any, make_window: Any) -> None:
     assert tab is not None and window.current_tab() is tab
     set_sampling(tab, max_tokens=48, temperature=0.7, seed=1)
     send(qtbot, tab, "hello world")
-    # committed before shown as sent
+    assert tab.generating and tab.stop_button.isVisible()  # at once, before any reply
+    # the session records both messages, then the tab shows them
+    qtbot.waitUntil(lambda: len(tab.view.messages()) == 2, timeout=10000)
     thread = window.db.get_thread(tab.cid)
     assert [m.role for m in thread] == ["user", "assistant"]
-    assert thread[0].content == "hello world" and thread[1].status == "partial"
-    assert tab.generating and tab.stop_button.isVisible()
+    assert [w.data.id for w in tab.view.messages()] == [m.id for m in thread]
+    assert thread[0].content == "hello world"
+    assert thread[1].status in ("partial", "complete")
     completion = wait_idle(qtbot, tab)
     assert completion.finish_reason in ("eog", "length")
     assert completion.n_tokens > 0
