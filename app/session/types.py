@@ -10,7 +10,7 @@ from typing import Any, NewType
 from app.engine import Completion, ContextSettings, ModelInfo
 from app.engine.chat_template import ReasoningDefaults, ReasoningEffort, ReasoningOptions
 
-# Defined by the engine (one spelling of "shift" and "stop"), re-exported here.
+# One spelling of "shift" and "stop" (app.context_policy, via the engine), re-exported here.
 from app.engine.context_policy import ContextFullPolicy as ContextFullPolicy
 from app.engine.events import generation_rate
 from app.engine.prefix import cached_tokens

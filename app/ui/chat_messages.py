@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.engine.prefix import cached_tokens
 from app.errors import LlamaDeskError
 from app.session import ChatMessage
 from app.storage import Database, Message
@@ -21,7 +22,7 @@ def message_data(db: Database, m: Message, with_siblings: bool = True) -> Messag
     processed = m.meta.get("prompt_processed") if m.meta else None
     cached = None
     if m.prompt_tokens is not None and isinstance(processed, int):
-        cached = max(0, m.prompt_tokens - processed)
+        cached = cached_tokens(m.prompt_tokens, processed)
     error = m.meta.get("error") if m.meta and m.status == "error" else None
     meta = m.meta or {}
     finish = meta.get("finish_reason")

@@ -368,7 +368,7 @@ class ChatTab(QWidget):
     def tab_policy(self) -> ContextFullPolicy | None:
         return self.choices.tab_policy()
 
-    def effective_policy(self) -> str:
+    def effective_policy(self) -> ContextFullPolicy:
         return self.choices.effective_policy()
 
     def thinking_enabled(self) -> bool:

@@ -82,12 +82,16 @@ class TabChoices:
         """This tab's own context-full policy (None: it follows the default)."""
         return policy_of(self.tab.conversation.sampling)
 
-    def effective_policy(self) -> str:
-        return str(self.tab_policy() or self.tab.host.context_policy())
+    def effective_policy(self) -> ContextFullPolicy:
+        """This tab's policy, else the window's default (the app settings' word)."""
+        own = self.tab_policy()
+        if own is not None:
+            return own
+        return ContextFullPolicy.parse(self.tab.host.context_policy()) or ContextFullPolicy.SHIFT
 
     def init_policy(self) -> None:
         # the window opens the conversation in the session with tab_policy()
-        index = self.policy.findData(self.effective_policy())
+        index = self.policy.findData(self.effective_policy().value)
         if index >= 0:
             self.policy.setCurrentIndex(index)
 
