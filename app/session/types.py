@@ -15,6 +15,9 @@ from app.engine.context_policy import ContextFullPolicy as ContextFullPolicy
 from app.engine.events import generation_rate
 from app.engine.prefix import cached_tokens
 
+# One shape per message, from storage to the template (app.messages), re-exported here.
+from app.messages import ChatMessage as ChatMessage
+
 ConversationId = NewType("ConversationId", int)
 """A conversation: the storage conversation id, or any opaque int a client chooses."""
 
@@ -48,21 +51,6 @@ class RestoreOutcome(enum.StrEnum):
     # restored when this conversation is next used; a second CacheRestored then says
     # RESTORED, or REREAD with the reason.
     PARKED = "parked"
-
-
-@dataclass(frozen=True)
-class ChatMessage:
-    """One message of a turn's history."""
-
-    role: str
-    content: str
-    reasoning_content: str = ""  # an assistant message's reasoning (the template decides)
-
-    def to_engine(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"role": self.role, "content": self.content}
-        if self.reasoning_content:
-            out["reasoning_content"] = self.reasoning_content
-        return out
 
 
 @dataclass(frozen=True)
