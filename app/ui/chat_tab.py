@@ -23,7 +23,6 @@ other way round.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QGuiApplication
@@ -40,6 +39,7 @@ from PySide6.QtWidgets import (
 
 from app.errors import LlamaDeskError
 from app.session import ContextFullPolicy, TurnResult
+from app.session import events as ev
 from app.storage import Conversation, Message
 from app.ui.chat_messages import chat_messages, engine_messages, message_data
 from app.ui.chat_view import ChatView
@@ -49,7 +49,14 @@ from app.ui.message_bar import MessageBar
 from app.ui.tab_choices import TabChoices
 from app.ui.tab_host import TabHost
 from app.ui.tab_reply import ReplyBuffer
-from app.ui.tab_status import MeterFigures, TabState, state_text, state_tip
+from app.ui.tab_status import (
+    MeterFigures,
+    StatusEvent,
+    TabFigures,
+    TabState,
+    state_text,
+    state_tip,
+)
 from app.ui.tab_token_hint import TOKEN_COUNT_DELAY_MS, TOKEN_HINT_MIN_CHARS, TokenHint
 from app.ui.tab_turn import TabTurn
 
@@ -85,7 +92,7 @@ class ChatTab(QWidget):
         self._editing: int | None = None
         self.state = TabState.IDLE
         self.prompt_progress = (0, 0)  # the prompt's tokens processed, and in all
-        self.info: dict[str, Any] = {}
+        self.info = TabFigures()  # what the session's events said of the conversation
         self.turns_since_open = 0
         self._compact = False
         self._context_start: int | None = None
@@ -415,16 +422,17 @@ class ChatTab(QWidget):
     def on_finished(self, result: TurnResult) -> None:
         self.turn.on_finished(result)
 
-    def on_info(self, info: dict[str, Any]) -> None:
-        if "restored" in info:
+    def on_status(self, event: StatusEvent) -> None:
+        """A session event about the conversation's sequence or cache (typed as it came)."""
+        if isinstance(event, ev.CacheRestored):
             self.turns_since_open = 0
-        self.info = {**self.info, **info}
-        if "n_dropped" in info:
+        self.show_figures(self.info.apply(event))
+
+    def show_figures(self, figures: TabFigures) -> None:
+        dropped = figures.n_dropped != self.info.n_dropped
+        self.info = figures
+        if dropped:
             self._sync_context_start()
-        if "saved" in info and not info.get("resident", True):
-            self.info["on_disk"] = bool(info["saved"])
-        elif info.get("resident"):
-            self.info["on_disk"] = False
         self.update_status()
 
     def flush(self, visible: bool) -> float | None:
@@ -460,7 +468,7 @@ class ChatTab(QWidget):
 
     def context_start(self) -> int | None:
         """The first message the model still sees, when earlier ones were left out."""
-        n_dropped = int(self.info.get("n_dropped", 0))
+        n_dropped = self.info.n_dropped
         if n_dropped <= 0:
             return None
         # the messages the engine got (engine_messages: empty failed replies left out)

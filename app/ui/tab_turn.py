@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from app.engine import SamplingParams
 from app.engine.reasoning import Channel
 from app.errors import LlamaDeskError
-from app.session import RecordedTurn, ReplyMeta, RestoreOutcome, TurnResult, reasoning_options
+from app.session import RecordedTurn, ReplyMeta, TurnResult, reasoning_options
 from app.session import events as ev
 from app.ui.chat_messages import message_data
 from app.ui.tab_status import TabState
@@ -118,39 +118,18 @@ class TabTurn:
                 self.on_failed(event.message)
             case ev.ContextShifted():
                 self.on_shifted(event.n_discarded)
-            case ev.SequenceStatus():
-                tab.on_info(
-                    {
-                        "n_tokens": event.n_tokens,
-                        "n_ctx": event.n_ctx,
-                        "n_reserved": event.n_reserved,
-                        "n_dropped": event.n_dropped,
-                        "resident": event.resident,
-                        "busy": event.busy,
-                        "generating": event.generating,
-                    }
-                )
-            case ev.CacheRestored():
-                tab.on_info(
-                    {
-                        "restored": event.outcome is RestoreOutcome.RESTORED,
-                        "parked": event.reason if event.outcome is RestoreOutcome.PARKED else None,
-                        "restore_error": event.reason
-                        if event.outcome is RestoreOutcome.REREAD
-                        else None,
-                    }
-                )
-            case ev.CacheParked():
-                tab.on_info({"saved": event.saved, "resident": False})
-            case ev.ConversationForked():
-                tab.on_info({"forked": True})
+            case (
+                ev.SequenceStatus()
+                | ev.CacheRestored()
+                | ev.CacheParked()
+                | ev.ConversationForked()
+            ):
+                tab.on_status(event)  # the event itself: the figures read it (TabFigures)
 
     def on_started(self, n_to_process: int) -> None:
         tab = self.tab
         if tab.turns_since_open >= 1:  # what happened at restore is old news now
-            tab.info.pop("restored", None)
-            tab.info.pop("parked", None)
-            tab.info.pop("restore_error", None)
+            tab.info = tab.info.turn_started()
         tab.state = TabState.PROMPT
         tab.prompt_progress = (0, n_to_process)
         tab.update_status()

@@ -227,7 +227,7 @@ class WindowModels:
         win = self.win
         win.model = None
         for tab in win.tabs():
-            tab.on_info({"n_tokens": 0, "n_ctx": 0, "resident": False})
+            tab.show_figures(tab.info.unloaded())
             tab.set_reasoning_support(False, False)
             # a reply that was streaming ended (stopped, recorded by the session) before this
         win.update_model_labels()

@@ -183,7 +183,7 @@ def test_more_tabs_than_resident_slots_evict_to_disk(qtbot: Any, make_window: An
         firsts.append(wait_idle(qtbot, tab))
         tabs.append(tab)
     # three conversations, two slots: the least recently used was saved and evicted
-    qtbot.waitUntil(lambda: tabs[0].info.get("on_disk") is True, timeout=5000)
+    qtbot.waitUntil(lambda: tabs[0].info.on_disk is True, timeout=5000)
     assert "saved to disk" in tabs[0].state_text()
     assert any(window.store.directory.glob(f"{tabs[0].cid}-*.kvstate"))
     # it comes back from there: the follow-up processes only the new message
@@ -208,7 +208,7 @@ def test_fork_shares_the_cache(qtbot: Any, make_window: Any) -> None:
     fork = window.current_tab()
     assert fork is not tab and fork.cid != tab.cid
     assert [m.content for m in fork.branch] == [m.content for m in tab.branch[:2]]
-    qtbot.waitUntil(lambda: fork.info.get("forked") is True, timeout=5000)
+    qtbot.waitUntil(lambda: fork.info.forked is True, timeout=5000)
     fork_tokens = held_tokens(qtbot, window, fork)
     src_tokens = held_tokens(qtbot, window, tab)
     assert 0 < len(fork_tokens) < held
@@ -315,7 +315,7 @@ def test_close_during_generation_and_reopen(qtbot: Any, make_window: Any, tiny_m
     window2, _ = make_window(write=False)
     assert [t.cid for t in window2.tabs()] == ids
     reopened = window2.tab_for(quiet.cid)
-    qtbot.waitUntil(lambda: reopened.info.get("restored") is True, timeout=5000)
+    qtbot.waitUntil(lambda: reopened.info.restored is True, timeout=5000)
     assert "restored" in reopened.state_text()
     assert [m.content for m in reopened.branch] == [first.text] or reopened.branch
     send(qtbot, reopened, "what did I say?")
