@@ -301,10 +301,16 @@ class ChatTab(QWidget):
                 self.notify(str(exc))
                 return
         # The session records the message and its reply (the tab only asks, then shows).
-        if not self.turn.generate(parent, text):
-            return
+        # The composer is cleared first: a refusal the session sends back puts it again.
+        editing = self._editing
         self.composer.clear()
         self._cancel_edit()
+        if not self.turn.generate(parent, text):  # nothing was asked: all stays as it was
+            self.composer.setPlainText(text)
+            if editing is not None:
+                self._editing = editing
+                self.view.set_editing(editing)
+                self.edit_banner.setVisible(True)
 
     def regenerate(self, message_id: int) -> None:
         if self.generating or not self.host.model_ready():

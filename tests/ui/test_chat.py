@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt
 
-from app.session import ContextFullPolicy, TurnResult
+from app.errors import LlamaDeskError
+from app.session import (
+    ContextFullPolicy,
+    ConversationId,
+    FinishReason,
+    RecordedTurn,
+    TurnId,
+    TurnResult,
+)
+from app.session import events as ev
 from app.storage import Database
 from tests.ui.conftest import (
     ENDLESS_GRAMMAR,
@@ -81,6 +91,12 @@ def test_send_and_stream(qtbot: Any, make_window: Any) -> None:
     assert "tokens" in widget.figures.text()
     assert tab.composer.toPlainText() == ""
     assert tab.state_label.text().startswith("idle")
+    # the stored time to first token is the session's, from Send (the answer call in the
+    # same click) to the first token sampled: within what the tab saw (Send to shown)
+    shown_ms = tab.reply.first_token_ms
+    assert shown_ms is not None
+    assert 0 < reply.meta["ttft_ms"] <= shown_ms + 0.1
+    assert reply.meta["engine"] == "llama.cpp" and reply.model_path
     assert "/ 2,048 tokens" in tab.meter_label.text()
     assert window.message_bar.text() == ""
 
@@ -388,3 +404,34 @@ def test_refused_cache_is_information(qtbot: Any, make_window: Any) -> None:
     send(qtbot, reopened, "and now?")
     wait_idle(qtbot, reopened)
     assert reopened.state_label.text() == "idle"
+
+
+def test_a_refused_turn_writes_nothing_and_gives_the_text_back(
+    qtbot: Any, make_window: Any, monkeypatch: Any
+) -> None:
+    """The session refuses a turn before recording it (here: as a session without a
+    database does): its error is said once, the tab is idle, the text is in the composer
+    again and nothing was stored."""
+    window, _ = make_window()
+    tab = window.new_tab()
+    session = window.session
+    refusal = "This session has no database: it records no messages."
+
+    def refuse(cid: int, parent_id: int | None, text: str | None = None, **_: Any) -> Any:
+        future: Future[RecordedTurn] = Future()
+        future.set_exception(LlamaDeskError(refusal))
+        # what the session then sends the conversation (Outbox.fail_turn)
+        window.worker.stream(cid).received.emit(ev.TurnFailed(ConversationId(cid), refusal))
+        result = TurnResult(finish_reason=FinishReason.ERROR, error=refusal)
+        window.worker.stream(cid).received.emit(
+            ev.TurnFinished(ConversationId(cid), TurnId(1), result)
+        )
+        return future
+
+    monkeypatch.setattr(session, "answer", refuse)
+    send(qtbot, tab, "lost words?")
+    qtbot.waitUntil(lambda: not tab.generating, timeout=5000)
+    assert tab.composer.toPlainText() == "lost words?"
+    assert tab.notice.isVisible() and refusal in tab.notice.text()
+    assert window.db.get_thread(tab.cid) == []
+    assert tab.view.messages() == [] and tab.reply_id is None
