@@ -34,6 +34,7 @@ class TabTurn:
         self.tab = tab
         self._answer: Future[RecordedTurn] | None = None  # the turn asked for last
         self._finished: TurnResult | None = None  # its end, if it came before its ids
+        self._parent: int | None = None  # the message the reply answers
 
     def generate(self, parent_id: int | None, text: str | None = None) -> bool:
         """Ask the session for a turn: ``text`` under ``parent_id`` (an edit: the edited
@@ -52,6 +53,7 @@ class TabTurn:
             return False
         tab.reply_id = None
         self._finished = None
+        self._parent = None
         tab.reply.reset(submitted_at=time.perf_counter())
         tab.view.set_actions_enabled(False)
         tab.set_generating(True)
@@ -66,11 +68,17 @@ class TabTurn:
             reasoning=reasoning_options(sampling),
         )
         self._answer = future
-        tab.host.worker.when_done(future, lambda outcome: self.on_recorded(future, outcome, text))
+        tab.host.worker.when_done(
+            future, lambda outcome: self.on_recorded(future, outcome, parent_id, text)
+        )
         return True
 
     def on_recorded(
-        self, future: Future[RecordedTurn], outcome: RecordedTurn | BaseException, text: str | None
+        self,
+        future: Future[RecordedTurn],
+        outcome: RecordedTurn | BaseException,
+        parent_id: int | None,
+        text: str | None,
     ) -> None:
         """The session recorded the turn's messages (on the GUI thread): show the branch
         with the reply it streams into. Refused (no model, no database): nothing was
@@ -84,10 +92,17 @@ class TabTurn:
                 tab.composer.setPlainText(text)
             return
         tab.reply_id = outcome.reply_message_id
+        # what the reply answers: the new message, else the one answered again
+        self._parent = outcome.user_message_id or parent_id
         try:
             tab.branch = tab.db.get_thread(tab.cid, outcome.reply_message_id)
-        except LlamaDeskError as exc:
-            tab.notify(str(exc))
+        except LlamaDeskError:
+            # The turn failed at once and the session dropped its empty reply already
+            # (its end is on the way): show the question it answers.
+            try:
+                tab.branch = tab.db.get_thread(tab.cid, self._parent) if self._parent else []
+            except LlamaDeskError as exc:
+                tab.notify(str(exc))
         tab.show_branch()
         last = tab.view.last()
         if last is not None and tab.generating:
@@ -194,7 +209,7 @@ class TabTurn:
         notice = meta.notice
         if notice:
             # Said once, in this tab (also a full context that stopped the reply).
-            self._report_error(notice, reply_id, failed=meta.status == "error")
+            self._report_error(notice, failed=meta.status == "error")
         try:
             message = tab.db.get_message(reply_id)
         except LlamaDeskError:
@@ -224,20 +239,14 @@ class TabTurn:
         tab.set_generating(False)
         tab.state = TabState.IDLE
 
-    def _report_error(self, message: str, reply_id: int, failed: bool = True) -> None:
+    def _report_error(self, message: str, failed: bool = True) -> None:
         """``failed``: the turn failed (else the reply stopped early, e.g. a full context
         with "Stop the reply": a notice, not an error)."""
-        parent = self._reply_parent(reply_id)
+        parent = self._parent
         retry = (
             ("Try again", lambda: self._retry(parent)) if parent is not None and failed else None
         )
         self.tab.notify(message, failed or not self.tab.reply.parts, retry)
-
-    def _reply_parent(self, reply_id: int) -> int | None:
-        for message in self.tab.branch:
-            if message.id == reply_id:
-                return message.parent_id
-        return None
 
     def _retry(self, parent_id: int | None) -> None:
         if parent_id is not None and not self.tab.generating and self.tab.host.model_ready():

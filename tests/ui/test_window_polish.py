@@ -68,7 +68,7 @@ def test_a_fork_says_so_in_its_tab_and_takes_the_focus(qtbot: Any, make_window: 
 
 
 def test_an_error_is_a_notice_in_its_tab_not_an_assistant_message(
-    qtbot: Any, make_window: Any
+    qtbot: Any, make_window: Any, monkeypatch: Any
 ) -> None:
     window, _ = make_window()
     tab = window.new_tab()
@@ -85,6 +85,19 @@ def test_an_error_is_a_notice_in_its_tab_not_an_assistant_message(
     assert tab.notice.text() == result.error and tab.notice.error  # said once, in its tab
     assert window.message_bar.text() == "" and other.notice.text() == ""
     assert tab.notice.action_button.text() == "Try again"
+    # "Try again" asks the session for another reply to the stored question, no new text
+    asked: list[tuple[Any, ...]] = []
+    answer = window.session.answer
+
+    def spy(cid: int, parent_id: int | None, text: str | None = None, **kw: Any) -> Any:
+        asked.append((cid, parent_id, text))
+        return answer(cid, parent_id, text, **kw)
+
+    monkeypatch.setattr(window.session, "answer", spy)
+    tab.notice.action_button.click()
+    assert asked == [(tab.cid, thread[0].id, None)]
+    wait_idle(qtbot, tab)
+    assert [m.role for m in window.db.get_thread(tab.cid)] == ["user"]  # failed again: dropped
 
 
 def test_a_long_message_shows_its_token_count_before_it_is_sent(
