@@ -4,11 +4,11 @@ The tab keeps the branch it shows (storage messages), subscribes to its conversa
 session events (``worker.stream(cid)``), streams the reply into the last message widget
 (rendered by the window's flush timer, never per token) and shows the stored reply when
 the turn ends: the session records the user's message and the reply (``Session.answer``),
-the tab writes no message. A reasoning model's reply comes in two
-parts, its reasoning (``TabTurn.on_reasoning``) then its answer (``TabTurn.on_tokens``);
-both are shown, saved and finished apart. The "Thinking" and "Effort" choices of the conversation (shown
-only when the model's template uses them) are kept with its sampling settings and go to
-the engine with each turn.
+the tab writes no message. A reasoning model's reply comes in two parts, its reasoning
+(``TabTurn.on_reasoning``) then its answer (``TabTurn.on_tokens``); both are shown apart
+(and stored apart by the session). The conversation's "Thinking" and "Effort" choices
+(shown only when the model's template uses them; without a choice, the model's default)
+are kept with its sampling settings and go to the engine with each turn.
 
 Its parts, each in its own module: what it needs from the window (:mod:`app.ui.tab_host`),
 the storage <-> session conversions (:mod:`app.ui.chat_messages`), the status line's texts

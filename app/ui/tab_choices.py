@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from app.engine.chat_template import ReasoningDefaults
     from app.ui.tab_protocols import ChoicesTab
 
+EFFORT_TIP = "How hard the model thinks before answering. Applies to this conversation only."
 THINKING_TIP = (
     "Let the model think before it answers (its thoughts show above the answer). "
     "Applies to this conversation only."
@@ -73,9 +74,7 @@ class TabChoices:
         self.effort.setObjectName("reasoning-effort")
         for value in ("low", "medium", "high"):
             self.effort.addItem(f"Effort: {value}", value)
-        self.effort.setToolTip(
-            "How hard the model thinks before answering. Applies to this conversation only."
-        )
+        self.effort.setToolTip(EFFORT_TIP)
         self.effort.activated.connect(self._on_effort)
 
     def tab_policy(self) -> ContextFullPolicy | None:
@@ -135,6 +134,10 @@ class TabChoices:
         self.thinking.setChecked(self.thinking_enabled())
         self.thinking.blockSignals(False)
         self.thinking.setToolTip(default_thinking_tip(self.tab.host.reasoning_defaults()))
+        if EFFORT_KEY in self.tab.conversation.sampling:
+            self.effort.setToolTip(EFFORT_TIP)
+        else:  # nothing chosen: the turn leaves the effort to the template
+            self.effort.setToolTip(f"{EFFORT_TIP}\nNot chosen yet: the template's own default.")
         self.thinking.setVisible(thinking_toggle)
         self.effort.setVisible(effort)
         self.effort.setEnabled(not thinking_toggle or self.thinking.isChecked())
@@ -152,3 +155,4 @@ class TabChoices:
             return
         self.tab.settings.set_extra(EFFORT_KEY, effort)
         self.tab.save_settings()
+        self.effort.setToolTip(EFFORT_TIP)
