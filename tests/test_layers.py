@@ -194,3 +194,52 @@ def test_no_big_module() -> None:
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
     }
     assert not big, f"modules over {MAX_MODULE_LINES} lines (split them into rooms): {big}"
+
+
+# -- one writer of messages ---------------------------------------------------------------
+
+# The calls that write a conversation's messages: storage's own, and the session recorder's.
+MESSAGE_WRITES = frozenset(
+    {"add_message", "begin_reply", "update_reply", "finish_reply", "record_exchange", "end_reply"}
+)
+# Where they may be called: storage (which defines them) and the session (whose recorder is
+# the one writer of every client's messages).
+WRITERS = ("app/storage", "app/session")
+# Known exceptions, each with its reason. The API server's store runs the session's own
+# Recorder on its storage thread (the recorder writes, in the shape a window's reply gets;
+# the server's session has no database of its own yet): remove it when that session records.
+ALLOWED_WRITES = {("app/server/store.py", "record_exchange")}
+
+
+def _message_writes(path: Path) -> list[tuple[int, str]]:
+    """The message-writing calls in ``path``: (line, method name)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return [
+        (node.lineno, node.func.attr)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in MESSAGE_WRITES
+    ]
+
+
+def test_the_write_finder_finds_calls(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "def f(db, r):\n    db.add_message(1, 'user', 'x')\n    r.record_exchange(1)\n"
+        "    db.get_message(1)\n"
+    )
+    assert _message_writes(source) == [(2, "add_message"), (3, "record_exchange")]
+
+
+def test_messages_are_written_by_the_session_recorder_only() -> None:
+    """Issue 19 item 1: the window, the server and the engine send commands and show
+    events; they never write a message themselves."""
+    wrong = [
+        f"{rel}:{line} calls {name}"
+        for path in sorted(APP.rglob("*.py"))
+        if not (rel := str(path.relative_to(APP.parent))).startswith(WRITERS)
+        for line, name in _message_writes(path)
+        if (rel, name) not in ALLOWED_WRITES
+    ]
+    assert not wrong, "\n".join(wrong)

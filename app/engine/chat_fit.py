@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from app.engine.chat_template import ReasoningOptions
 from app.engine.errors import ContextFullError, context_advice
 from app.engine.handles import Handles
+from app.engine.prefix import common_prefix
 from app.engine.reasoning import ReasoningFormat, prompt_opens_reasoning
-from app.engine.sequence import Message, Sequence, common_prefix
+from app.engine.sequence import Message, Sequence
 
 
 def reply_reserve(max_tokens: int | None, n_ctx_seq: int) -> int:

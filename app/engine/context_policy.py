@@ -1,27 +1,9 @@
-"""What a full context does to a sequence: the one spelling of "shift" and "stop".
-
-The engine's sequences, the session, the server, the settings schema and storage all name
-these two policies; they take this enum (a ``str`` enum, so stored JSON and settings files
-keep the plain words).
-"""
+"""The context-full policies at the engine's edge: :class:`ContextFullPolicy` (defined in
+:mod:`app.context_policy`, below the engine and the settings schema, which storage reads:
+one spelling for all of them), re-exported where the engine's callers import it."""
 
 from __future__ import annotations
 
-import enum
+from app.context_policy import ContextFullPolicy as ContextFullPolicy
 
-
-class ContextFullPolicy(enum.StrEnum):
-    """What a full context does to a conversation."""
-
-    SHIFT = "shift"  # drop the oldest messages (keep the system prompt) and go on
-    STOP = "stop"  # end the reply
-
-    @classmethod
-    def parse(cls, value: object) -> ContextFullPolicy | None:
-        """The policy ``value`` names, or None (not a policy)."""
-        if isinstance(value, cls):
-            return value
-        try:
-            return cls(str(value))
-        except ValueError:
-            return None
+__all__ = ["ContextFullPolicy"]

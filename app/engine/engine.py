@@ -40,6 +40,7 @@ from app.engine.chat_template import (
     user_template_problem,
 )
 from app.engine.context import Context
+from app.engine.context_policy import ContextFullPolicy
 from app.engine.context_shift import ContextShift
 from app.engine.embeddings import embed
 from app.engine.errors import ContextError, EngineError, StateError
@@ -113,13 +114,13 @@ class Engine:
         return self._h.layout()
 
     @property
-    def context_full_policy(self) -> str:
-        """What a full context does to sequences without a policy: "shift" or "stop"."""
+    def context_full_policy(self) -> ContextFullPolicy:
+        """What a full context does to sequences without a policy of their own."""
         return self._h.table.default_policy
 
     @context_full_policy.setter
-    def context_full_policy(self, policy: str) -> None:
-        self._h.table.default_policy = policy
+    def context_full_policy(self, policy: ContextFullPolicy | str) -> None:
+        self._h.table.default_policy = _policy(policy)
 
     @property
     def last_restore_error(self) -> str | None:
@@ -291,11 +292,9 @@ class Engine:
         self._h.need_ctx()
         return self._h.table.open().key
 
-    def set_policy(self, key: int, policy: str | None) -> None:
-        """What a full context does to this sequence: "shift" (drop old messages) or "stop"."""
-        if policy not in (None, "shift", "stop"):
-            raise EngineError(f"The context-full policy must be 'shift' or 'stop', not {policy!r}.")
-        self._seq(key).policy = policy
+    def set_policy(self, key: int, policy: ContextFullPolicy | str | None) -> None:
+        """What a full context does to this sequence (None: the engine's default)."""
+        self._seq(key).policy = None if policy is None else _policy(policy)
 
     def sequences(self) -> list[int]:
         return list(self._h.table.by_key)
@@ -643,3 +642,12 @@ class Engine:
             return embed(self._h, self._residency, scratch, texts, normalize)
         finally:
             self.close_sequence(scratch.key)
+
+
+def _policy(value: ContextFullPolicy | str) -> ContextFullPolicy:
+    """``value`` as a policy (the plain words are accepted), or a clear error."""
+    policy = ContextFullPolicy.parse(value)
+    if policy is None:
+        names = " or ".join(repr(p.value) for p in ContextFullPolicy)
+        raise EngineError(f"The context-full policy must be {names}, not {value!r}.")
+    return policy

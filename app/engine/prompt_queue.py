@@ -11,10 +11,12 @@ from collections.abc import Iterable
 
 import llama_cpp
 
+from app.engine.context_policy import ContextFullPolicy
 from app.engine.errors import ContextFullError, EngineError, context_advice
 from app.engine.events import Completion
 from app.engine.handles import Handles
-from app.engine.sequence import Sequence, common_prefix
+from app.engine.prefix import common_prefix
+from app.engine.sequence import Sequence
 from app.engine.snapshots import Snapshots
 
 
@@ -61,7 +63,7 @@ class PromptQueue:
         self.check_tokens(tokens)
         n_ctx_seq = self._h.n_ctx_seq
         total = len(seq.tokens) + len(seq.pending) + len(tokens)
-        if total >= n_ctx_seq and self._h.table.policy(seq) == "stop":
+        if total >= n_ctx_seq and self._h.table.policy(seq) is ContextFullPolicy.STOP:
             raise ContextFullError(
                 f"The sequence would need {total:,} tokens; the context holds {n_ctx_seq:,}."
             )

@@ -17,9 +17,13 @@ import numpy as np
 
 from app.engine.chat_template import ReasoningOptions
 from app.engine.checkpoints import Checkpoints
+from app.engine.context_policy import ContextFullPolicy
 from app.engine.errors import EngineError
 from app.engine.events import Completion
 from app.engine.output import ReplyStream
+
+# The one definition lives in app.engine.prefix; re-exported for older importers.
+from app.engine.prefix import common_prefix as common_prefix
 from app.engine.reasoning import ReasoningFormat
 from app.engine.sampling import Sampler
 from app.engine.settings import SamplingParams
@@ -86,7 +90,7 @@ class Sequence:
     messages: list[Message] | None = None
     n_dropped: int = 0  # chat messages dropped from the front by context shifts
     reserve: int = 0  # cells the last chat fit kept free for the reply
-    policy: str | None = None  # "shift" or "stop" when the context is full; None = the engine's
+    policy: ContextFullPolicy | None = None  # when the context is full; None: the engine's
     last_used: int = 0
     # How this turn's reply is split into reasoning and answer (NONE: all answer).
     reasoning: ReasoningOptions | None = None  # thinking on/off and effort, per chat
@@ -190,7 +194,7 @@ class SequenceTable:
 
     def __init__(self) -> None:
         self.by_key: dict[int, Sequence] = {}
-        self.default_policy = "shift"  # or "stop": what a full context does by default
+        self.default_policy = ContextFullPolicy.SHIFT  # what a full context does by default
         self._next_key = 1
         self._clock = 0
 
@@ -211,7 +215,7 @@ class SequenceTable:
         self._clock += 1
         seq.last_used = self._clock
 
-    def policy(self, seq: Sequence) -> str:
+    def policy(self, seq: Sequence) -> ContextFullPolicy:
         return seq.policy or self.default_policy
 
     def any_busy(self) -> bool:
@@ -241,14 +245,3 @@ class SequenceTable:
 def require_idle(seq: Sequence) -> None:
     if seq.phase is not Phase.IDLE:
         raise EngineError("This conversation is still generating; stop it first.")
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    # Compare in blocks first: conversations share thousands of tokens.
-    while i + 256 <= n and a[i : i + 256] == b[i : i + 256]:
-        i += 256
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from app.engine.prefix import common_prefix
 from app.server.errors import ApiError
 from app.server.store import ConversationStore
 from app.session import ContextFullPolicy, Session
@@ -41,15 +42,6 @@ class ApiConversation:
         sink = self.sink
         if sink is not None:
             sink(event)
-
-
-def common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 IN_USE_MESSAGE = (

@@ -63,5 +63,6 @@ def finish_reason(reason: FinishReason) -> str:
 
 
 def cached_tokens(result: TurnResult) -> int:
-    """Prompt tokens the cache already held (usage, timings and the request log)."""
-    return max(0, result.n_prompt - result.n_prompt_processed)
+    """Prompt tokens the cache already held (usage, timings and the request log): the
+    result's own figure (one definition, :func:`app.engine.prefix.cached_tokens`)."""
+    return result.cached_tokens

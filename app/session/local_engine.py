@@ -79,6 +79,7 @@ class LocalEngine:
             engine=ENGINE_NAME,
             chat_template=engine.template_choice,
             batching=engine.batching,
+            reasoning=engine.reasoning_defaults,
         )
 
     def memory(self) -> EngineMemory:
@@ -91,10 +92,10 @@ class LocalEngine:
         )
 
     def set_default_policy(self, policy: ContextFullPolicy) -> None:
-        self.engine.context_full_policy = policy.value
+        self.engine.context_full_policy = policy
 
     def set_policy(self, key: int, policy: ContextFullPolicy | None) -> None:
-        self.engine.set_policy(key, policy.value if policy is not None else None)
+        self.engine.set_policy(key, policy)
 
     # ---------------------------------------------------------------- conversations
 

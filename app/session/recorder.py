@@ -14,11 +14,11 @@ is cloned there from the database the session was given.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.errors import LlamaDeskError
+from app.messages import history as history  # a stored thread as a turn's messages
 from app.session.types import ChatMessage, FinishReason, TurnResult
 
 if TYPE_CHECKING:  # storage is imported only by clients that keep a database
@@ -133,18 +133,6 @@ class ReplyMeta:
             "reasoning": self.reasoning or None,
             "reasoning_ms": self.reasoning_ms if self.reasoning else None,
         }
-
-
-def history(thread: Iterable[Message]) -> tuple[ChatMessage, ...]:
-    """A stored thread as a turn's messages: without empty failed replies; an assistant
-    message's reasoning goes along (the template keeps or drops it)."""
-    out: list[ChatMessage] = []
-    for m in thread:
-        if m.role == "assistant" and not m.content:
-            continue
-        reasoning = m.reasoning if m.role == "assistant" else ""
-        out.append(ChatMessage(m.role, m.content, reasoning or ""))
-    return tuple(out)
 
 
 class Recorder:

@@ -88,6 +88,7 @@ class Streams:
                     self._gen_window.append(now)
                 last_piece = (event.key, event.token)
                 self._replies.add(conv.cid, event.text, event.channel, now)
+                dirty.add(conv.cid)  # the meter follows the reply (status at most per interval)
             elif isinstance(event, EngineProgress):
                 if conv.turn is not None:
                     emit(ev.PromptProgressed(conv.cid, conv.turn, event.done, event.total))

@@ -9,12 +9,20 @@ from typing import Any, NewType
 
 from app.engine import Completion, ContextSettings, ModelInfo
 from app.engine.batching import BatchingChoice
-from app.engine.chat_template import ReasoningEffort, ReasoningOptions, TemplateChoice
+from app.engine.chat_template import (
+    ReasoningDefaults,
+    ReasoningEffort,
+    ReasoningOptions,
+    TemplateChoice,
+)
 
-# Defined by the engine (one spelling of "shift" and "stop"), re-exported here.
+# One spelling of "shift" and "stop" (app.context_policy, via the engine), re-exported here.
 from app.engine.context_policy import ContextFullPolicy as ContextFullPolicy
 from app.engine.events import generation_rate
 from app.engine.prefix import cached_tokens
+
+# One shape per message, from storage to the template (app.messages), re-exported here.
+from app.messages import ChatMessage as ChatMessage
 
 ConversationId = NewType("ConversationId", int)
 """A conversation: the storage conversation id, or any opaque int a client chooses."""
@@ -49,21 +57,6 @@ class RestoreOutcome(enum.StrEnum):
     # restored when this conversation is next used; a second CacheRestored then says
     # RESTORED, or REREAD with the reason.
     PARKED = "parked"
-
-
-@dataclass(frozen=True)
-class ChatMessage:
-    """One message of a turn's history."""
-
-    role: str
-    content: str
-    reasoning_content: str = ""  # an assistant message's reasoning (the template decides)
-
-    def to_engine(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"role": self.role, "content": self.content}
-        if self.reasoning_content:
-            out["reasoning_content"] = self.reasoning_content
-        return out
 
 
 @dataclass(frozen=True)
@@ -155,6 +148,9 @@ class LoadedModel:
     chat_template: TemplateChoice | None = None
     # One batched decode or tabs in turn, measured for this context (None: not said).
     batching: BatchingChoice | None = None
+    # How its template reasons and whether a turn without a choice thinks (the engine's
+    # rule); None: not known (an engine that cannot say).
+    reasoning: ReasoningDefaults | None = None
 
     @property
     def path(self) -> str:
@@ -179,8 +175,9 @@ class ConversationSnapshot:
 # -- a conversation's stored settings (the sampling JSON) --------------------------------
 
 POLICY_KEY = "context_full_policy"  # older conversations keep their policy in the sampling JSON
-THINKING_KEY = "enable_thinking"  # bool, default True (as llama.cpp's server)
-EFFORT_KEY = "reasoning_effort"  # "low" | "medium" | "high", default "medium"
+THINKING_KEY = "enable_thinking"  # bool; absent: the model's default (ReasoningDefaults)
+EFFORT_KEY = "reasoning_effort"  # "low" | "medium" | "high"; absent: the template's default
+# What the window's effort choice shows when the conversation stored none.
 DEFAULT_EFFORT = ReasoningEffort.MEDIUM
 
 
@@ -190,10 +187,17 @@ def policy_of(sampling: Mapping[str, Any]) -> ContextFullPolicy | None:
 
 
 def reasoning_options(sampling: Mapping[str, Any]) -> ReasoningOptions:
-    """The reasoning choices a conversation's sampling dict holds (defaults: on, medium)."""
-    enable = sampling.get(THINKING_KEY, True)
-    try:
-        effort = ReasoningEffort(str(sampling.get(EFFORT_KEY) or DEFAULT_EFFORT))
-    except ValueError:
-        effort = DEFAULT_EFFORT
-    return ReasoningOptions(enable_thinking=enable is not False, effort=effort)
+    """The reasoning choices a conversation's sampling dict holds. What it does not hold
+    is None, the model's default: thinking per the engine's rule
+    (:class:`~app.engine.chat_template.ReasoningDefaults`), the template's own effort."""
+    enable = sampling.get(THINKING_KEY)
+    effort: ReasoningEffort | None = None
+    stored = sampling.get(EFFORT_KEY)
+    if stored:
+        try:
+            effort = ReasoningEffort(str(stored))
+        except ValueError:
+            effort = None  # an unknown effort: the template's default, not a guess
+    return ReasoningOptions(
+        enable_thinking=enable if isinstance(enable, bool) else None, effort=effort
+    )

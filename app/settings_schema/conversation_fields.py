@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from app.context_policy import ContextFullPolicy
 from app.settings_schema.field_spec import Apply, FieldSpec
 
 
@@ -10,25 +11,25 @@ def _conversation_fields() -> tuple[FieldSpec, ...]:
     return (
         FieldSpec(
             # The key the conversation's settings store it under (app.session.types
-            # POLICY_KEY); the values are app.session.types.ContextFullPolicy's.
+            # POLICY_KEY); the values are ContextFullPolicy's (the stored plain words).
             "context_full_policy",
             "When the context is full",
             "What happens when this conversation fills the model's context. Applies to "
             "this conversation only.",
             "choice",
-            default="shift",
+            default=ContextFullPolicy.SHIFT.value,
             choices=(
-                ("shift", "Drop the oldest messages"),
-                ("stop", "Stop the reply"),
+                (ContextFullPolicy.SHIFT.value, "Drop the oldest messages"),
+                (ContextFullPolicy.STOP.value, "Stop the reply"),
             ),
             choice_help=(
                 (
-                    "shift",
+                    ContextFullPolicy.SHIFT.value,
                     "The oldest messages (never the system prompt) are dropped from what "
                     "the model sees and the reply goes on; they stay in the chat.",
                 ),
                 (
-                    "stop",
+                    ContextFullPolicy.STOP.value,
                     "The reply ends where the context is full; nothing is dropped. Start a "
                     "new chat or raise the context size to go on.",
                 ),

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from app.messages import ChatMessage, chat_message
+
 Role = Literal["system", "user", "assistant", "tool"]
 Status = Literal["complete", "partial", "error", "stopped"]
 TitleSource = Literal["default", "auto", "user"]
@@ -62,6 +64,10 @@ class Message:
     meta: dict[str, Any] = field(default_factory=dict)
     reasoning: str = ""
     reasoning_ms: float | None = None
+
+    def chat(self) -> ChatMessage:
+        """This message as a turn's message (the one shape that goes on to the engine)."""
+        return chat_message(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.engine.prefix import cached_tokens
 from app.errors import LlamaDeskError
-from app.session import ChatMessage
+from app.messages import ChatMessage, history
 from app.storage import Database, Message
 from app.ui.message_data import MessageData
 
@@ -21,7 +22,7 @@ def message_data(db: Database, m: Message, with_siblings: bool = True) -> Messag
     processed = m.meta.get("prompt_processed") if m.meta else None
     cached = None
     if m.prompt_tokens is not None and isinstance(processed, int):
-        cached = max(0, m.prompt_tokens - processed)
+        cached = cached_tokens(m.prompt_tokens, processed)
     error = m.meta.get("error") if m.meta and m.status == "error" else None
     meta = m.meta or {}
     finish = meta.get("finish_reason")
@@ -45,25 +46,13 @@ def message_data(db: Database, m: Message, with_siblings: bool = True) -> Messag
     )
 
 
-def engine_messages(thread: list[Message]) -> list[dict[str, Any]]:
-    """The chat as the engine wants it: roles and text, without empty failed replies; an
-    assistant message's reasoning goes as ``reasoning_content`` (the template keeps or
-    drops it)."""
-    out: list[dict[str, Any]] = []
-    for m in thread:
-        if m.role == "assistant" and not m.content:
-            continue
-        message: dict[str, Any] = {"role": m.role, "content": m.content}
-        reasoning = getattr(m, "reasoning", "")
-        if m.role == "assistant" and reasoning:
-            message["reasoning_content"] = reasoning
-        out.append(message)
-    return out
-
-
 def chat_messages(thread: list[Message]) -> list[ChatMessage]:
-    """:func:`engine_messages` as the session's typed messages."""
-    return [
-        ChatMessage(m["role"], m["content"], m.get("reasoning_content", ""))
-        for m in engine_messages(thread)
-    ]
+    """The chat as the session takes it (:func:`app.messages.history`: without empty
+    failed replies, an assistant's reasoning along)."""
+    return list(history(thread))
+
+
+def engine_messages(thread: list[Message]) -> list[dict[str, Any]]:
+    """:func:`chat_messages` as the template reads them (a test's view of what the engine
+    gets; the window itself sends :class:`ChatMessage`)."""
+    return [m.to_engine() for m in history(thread)]

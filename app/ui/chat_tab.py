@@ -2,18 +2,19 @@
 
 The tab keeps the branch it shows (storage messages), subscribes to its conversation's
 session events (``worker.stream(cid)``), streams the reply into the last message widget
-(rendered by the window's flush timer, never per token) and finishes it with the figures;
-the session saves the reply while it streams. A reasoning model's reply comes in two
-parts, its reasoning (``TabTurn.on_reasoning``) then its answer (``TabTurn.on_tokens``);
-both are shown, saved and finished apart. The "Thinking" and "Effort" choices of the conversation (shown
-only when the model's template uses them) are kept with its sampling settings and go to
-the engine with each turn.
+(rendered by the window's flush timer, never per token) and shows the stored reply when
+the turn ends: the session records the user's message and the reply (``Session.answer``),
+the tab writes no message. A reasoning model's reply comes in two parts, its reasoning
+(``TabTurn.on_reasoning``) then its answer (``TabTurn.on_tokens``); both are shown apart
+(and stored apart by the session). The conversation's "Thinking" and "Effort" choices
+(shown only when the model's template uses them; without a choice, the model's default)
+are kept with its sampling settings and go to the engine with each turn.
 
 Its parts, each in its own module: what it needs from the window (:mod:`app.ui.tab_host`),
 the storage <-> session conversions (:mod:`app.ui.chat_messages`), the status line's texts
 (:mod:`app.ui.tab_status`), the "When full", "Thinking" and "Effort" choices
 (:mod:`app.ui.tab_choices`), the token count before sending (:mod:`app.ui.tab_token_hint`),
-the streaming reply's buffers and finish (:mod:`app.ui.tab_reply`) and the turns with the
+the streaming reply's buffers (:mod:`app.ui.tab_reply`) and the turns with the
 session's events (:mod:`app.ui.tab_turn`). Each helper is given the tab as the narrow
 protocol of :mod:`app.ui.tab_protocols` it needs: the tab imports its helpers, never the
 other way round.
@@ -22,7 +23,6 @@ other way round.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QGuiApplication
@@ -39,6 +39,7 @@ from PySide6.QtWidgets import (
 
 from app.errors import LlamaDeskError
 from app.session import ContextFullPolicy, TurnResult
+from app.session import events as ev
 from app.storage import Conversation, Message
 from app.ui.chat_messages import chat_messages, engine_messages, message_data
 from app.ui.chat_view import ChatView
@@ -48,7 +49,14 @@ from app.ui.message_bar import MessageBar
 from app.ui.tab_choices import TabChoices
 from app.ui.tab_host import TabHost
 from app.ui.tab_reply import ReplyBuffer
-from app.ui.tab_status import MeterFigures, TabState, state_text, state_tip
+from app.ui.tab_status import (
+    MeterFigures,
+    StatusEvent,
+    TabFigures,
+    TabState,
+    state_text,
+    state_tip,
+)
 from app.ui.tab_token_hint import TOKEN_COUNT_DELAY_MS, TOKEN_HINT_MIN_CHARS, TokenHint
 from app.ui.tab_turn import TabTurn
 
@@ -84,7 +92,7 @@ class ChatTab(QWidget):
         self._editing: int | None = None
         self.state = TabState.IDLE
         self.prompt_progress = (0, 0)  # the prompt's tokens processed, and in all
-        self.info: dict[str, Any] = {}
+        self.info = TabFigures()  # what the session's events said of the conversation
         self.turns_since_open = 0
         self._compact = False
         self._context_start: int | None = None
@@ -292,18 +300,17 @@ class ChatTab(QWidget):
             except LlamaDeskError as exc:
                 self.notify(str(exc))
                 return
-        try:
-            # The one message the UI still writes itself (issue 19 item 1: this moves into
-            # the session's recorder, the tab then only sends the text).
-            user = self.db.add_message(self.cid, "user", text, parent_id=parent)
-        except LlamaDeskError as exc:
-            self.notify(str(exc))
-            return
+        # The session records the message and its reply (the tab only asks, then shows).
+        # The composer is cleared first: a refusal the session sends back puts it again.
+        editing = self._editing
         self.composer.clear()
         self._cancel_edit()
-        self.reload_conversation()
-        self.host.conversation_changed(self.cid)
-        self.turn.generate(user.id)
+        if not self.turn.generate(parent, text):  # nothing was asked: all stays as it was
+            self.composer.setPlainText(text)
+            if editing is not None:
+                self._editing = editing
+                self.view.set_editing(editing)
+                self.edit_banner.setVisible(True)
 
     def regenerate(self, message_id: int) -> None:
         if self.generating or not self.host.model_ready():
@@ -374,7 +381,7 @@ class ChatTab(QWidget):
     def tab_policy(self) -> ContextFullPolicy | None:
         return self.choices.tab_policy()
 
-    def effective_policy(self) -> str:
+    def effective_policy(self) -> ContextFullPolicy:
         return self.choices.effective_policy()
 
     def thinking_enabled(self) -> bool:
@@ -421,21 +428,18 @@ class ChatTab(QWidget):
     def on_finished(self, result: TurnResult) -> None:
         self.turn.on_finished(result)
 
-    def on_info(self, info: dict[str, Any]) -> None:
-        if "restored" in info:
+    def on_status(self, event: StatusEvent) -> None:
+        """A session event about the conversation's sequence or cache (typed as it came)."""
+        if isinstance(event, ev.CacheRestored):
             self.turns_since_open = 0
-        self.info = {**self.info, **info}
-        if "n_dropped" in info:
-            self._sync_context_start()
-        if "saved" in info and not info.get("resident", True):
-            self.info["on_disk"] = bool(info["saved"])
-        elif info.get("resident"):
-            self.info["on_disk"] = False
-        self.update_status()
+        self.show_figures(self.info.apply(event))
 
-    def finish_for_shutdown(self) -> None:
-        """Save the reply as it is (stopped) when the window closes mid-generation."""
-        self.turn.finish_for_shutdown()
+    def show_figures(self, figures: TabFigures) -> None:
+        dropped = figures.n_dropped != self.info.n_dropped
+        self.info = figures
+        if dropped:
+            self._sync_context_start()
+        self.update_status()
 
     def flush(self, visible: bool) -> float | None:
         """Paint buffered text (when shown); returns the perf_counter time at which the oldest painted text was sampled, or None."""
@@ -470,7 +474,7 @@ class ChatTab(QWidget):
 
     def context_start(self) -> int | None:
         """The first message the model still sees, when earlier ones were left out."""
-        n_dropped = int(self.info.get("n_dropped", 0))
+        n_dropped = self.info.n_dropped
         if n_dropped <= 0:
             return None
         # the messages the engine got (engine_messages: empty failed replies left out)

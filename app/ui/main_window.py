@@ -53,6 +53,7 @@ from app.ui.window_tabs import WindowTabs
 from app.ui.worker import EngineWorker
 
 if TYPE_CHECKING:
+    from app.engine.chat_template import ReasoningDefaults
     from app.hub.catalog import CatalogModel
     from app.ui.discover import DiscoverDialog
     from app.ui.downloads_dialog import DownloadsDialog
@@ -293,6 +294,10 @@ class MainWindow(QMainWindow):
         if self.model is None:
             return False, False
         return self.model.supports_thinking_toggle, self.model.supports_effort
+
+    def reasoning_defaults(self) -> ReasoningDefaults | None:
+        """How the loaded model's template reasons by default (None: no model, unknown)."""
+        return self.model.reasoning if self.model is not None else None
 
     def fork_from(self, tab: ChatTab, message_id: int) -> None:
         self.tabs_ui.fork_from(tab, message_id)

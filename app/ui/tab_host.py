@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Protocol
 from app.storage import Database
 
 if TYPE_CHECKING:
+    from app.engine.chat_template import ReasoningDefaults
     from app.session import Session
     from app.ui.worker import EngineWorker
 
@@ -42,4 +43,8 @@ class TabHost(Protocol):
 
     def reasoning_support(self) -> tuple[bool, bool]:
         """Whether the loaded model's template uses (the thinking toggle, the effort)."""
+        ...
+
+    def reasoning_defaults(self) -> ReasoningDefaults | None:
+        """How the loaded model's template reasons by default (None: no model, unknown)."""
         ...

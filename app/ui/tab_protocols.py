@@ -7,7 +7,7 @@ tab imports its helpers and no helper imports the tab.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from app.session import TurnResult
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from app.ui.message_bar import MessageBar
     from app.ui.tab_host import TabHost
     from app.ui.tab_reply import ReplyBuffer
-    from app.ui.tab_status import TabState
+    from app.ui.tab_status import StatusEvent, TabFigures, TabState
 
 
 class ChoicesTab(Protocol):
@@ -36,7 +36,7 @@ class HintTab(Protocol):
 
     host: TabHost
     composer: Composer
-    info: dict[str, Any]  # the session's figures (context size, room kept for the reply)
+    info: TabFigures  # the session's figures (context size, room kept for the reply)
 
 
 class TurnTab(Protocol):
@@ -48,10 +48,11 @@ class TurnTab(Protocol):
     conversation: Conversation
     branch: list[Message]  # the messages shown, the reply being written last
     view: ChatView
+    composer: Composer  # a refused turn's text goes back into it
     notice: MessageBar
     reply: ReplyBuffer
     reply_id: int | None
-    info: dict[str, Any]
+    info: TabFigures
     state: TabState
     prompt_progress: tuple[int, int]  # the prompt's tokens processed, and in all
     turns_since_open: int
@@ -77,6 +78,6 @@ class TurnTab(Protocol):
 
     def reload_conversation(self) -> None: ...
 
-    def on_info(self, info: dict[str, Any]) -> None: ...
+    def on_status(self, event: StatusEvent) -> None: ...
 
     def update_status(self) -> None: ...

@@ -1,28 +1,18 @@
-"""The reply a chat tab streams: its buffers and timing (:class:`ReplyBuffer`), and what
-its finish saves (:func:`reply_end`).
+"""The reply a chat tab streams: its buffers and timing (:class:`ReplyBuffer`).
 
 The text is buffered as it comes and painted by the window's flush timer, never per token.
-A reasoning model's reply comes in two parts, its reasoning then its answer; both are kept,
-shown and saved apart.
+A reasoning model's reply comes in two parts, its reasoning then its answer; both are kept
+and shown apart. What is stored (and its :class:`~app.session.ReplyMeta`) is the session
+recorder's: the tab reads the stored reply back when the turn ends.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-from app.session import FinishReason, TurnResult
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from app.ui.message_widget import MessageWidget
-
-# "Stop the reply" when full: say why it stopped, and what would go on
-CONTEXT_FULL_STOP = (
-    "The context is full, so the reply stopped here. Start a new chat, fork from "
-    "an earlier message, or set “When the context is full” to drop the oldest "
-    "messages in Conversation settings."
-)
 
 
 class ReplyBuffer:
@@ -105,60 +95,3 @@ class ReplyBuffer:
         elapsed = time.perf_counter() - self.gen_started
         if elapsed > 0.2:
             self.tok_s = self.gen_tokens / elapsed
-
-
-@dataclass
-class ReplyEnd:
-    """A finished turn's reply as it is saved (and what is said about it)."""
-
-    text: str
-    reasoning: str
-    reasoning_ms: float | None
-    status: str  # complete, stopped or error
-    error: str | None
-    result: TurnResult
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def figures(self) -> dict[str, Any]:
-        """The keyword arguments of ``Database.finish_reply`` after the text and status."""
-        result = self.result
-        return {
-            "token_count": result.n_tokens or None,
-            "prompt_tokens": result.n_prompt or None,
-            "tokens_per_second": result.tokens_per_second or None,
-            "meta": self.meta,
-            "reasoning": self.reasoning or None,
-            "reasoning_ms": self.reasoning_ms if self.reasoning else None,
-        }
-
-
-def reply_end(result: TurnResult, reply: ReplyBuffer) -> ReplyEnd:
-    """The finished reply: the session's result, else what was streamed."""
-    reason = result.finish_reason
-    error = result.error or reply.error
-    text = result.text or reply.text()
-    reasoning = result.reasoning or reply.reasoning_text()
-    reasoning_ms = result.reasoning_ms
-    if reasoning and reasoning_ms is None:
-        reasoning_ms = reply.thinking_ms()
-    if reason is FinishReason.ABORTED:
-        status = "stopped"
-    elif reason is FinishReason.ERROR or (error and reason is not FinishReason.CONTEXT_FULL):
-        status = "error"
-    else:
-        status = "complete"
-    meta: dict[str, Any] = {
-        "finish_reason": reason.value,
-        "prompt_processed": result.n_prompt_processed,
-        "prompt_ms": round(result.prompt_ms, 1),
-        "gen_ms": round(result.gen_ms, 1),
-    }
-    if reply.first_token_ms is not None:
-        # what the user waited: from Send to the first token on screen
-        meta["ttft_ms"] = round(reply.first_token_ms, 1)
-    if error:
-        meta["error"] = error
-    if reason is FinishReason.CONTEXT_FULL and not error:
-        error = CONTEXT_FULL_STOP
-        meta["error"] = error
-    return ReplyEnd(text, reasoning, reasoning_ms, status, error, result, meta)

@@ -1,16 +1,19 @@
 """A chat tab's status line in words: its state, the context meter's text and tooltips.
 
-Pure functions of the tab's state (:class:`TabState`) and of its ``info`` (the session's
-figures for the conversation: tokens held, context size, room kept for the reply, restore
-outcomes). What an idle tab says about its cache is a :class:`CacheNote`; the state label's
-text and its tooltip both come from that note, never one from the other.
+Pure functions of the tab's state (:class:`TabState`) and of its :class:`TabFigures` (what
+the session's events said of the conversation: tokens held, context size, room kept for
+the reply, restore outcomes; each event is applied as it is, typed, by
+:meth:`TabFigures.apply`). What an idle tab says about its cache is a :class:`CacheNote`;
+the state label's text and its tooltip both come from that note, never one from the other.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any
+
+from app.session import RestoreOutcome
+from app.session import events as ev
 
 # A restore refusal's reason is cut to this length (it would fill the status line).
 RESTORE_REASON_CHARS = 90
@@ -35,20 +38,78 @@ class CacheNote(Enum):
     REREAD = "reread"  # the saved cache could not be used: the text is read again
 
 
-def cache_note(info: dict[str, Any]) -> CacheNote:
+# The session's events about a conversation's sequence and cache (the figures they set).
+StatusEvent = ev.SequenceStatus | ev.CacheRestored | ev.CacheParked | ev.ConversationForked
+
+
+@dataclass(frozen=True)
+class TabFigures:
+    """What the session said of the tab's conversation (``n_ctx`` 0: no model)."""
+
+    n_tokens: int = 0  # held in the context (and queued)
+    n_ctx: int = 0
+    n_reserved: int = 0  # cells kept free for the reply
+    n_dropped: int = 0  # the oldest messages after the system prompt no longer seen
+    resident: bool = False
+    busy: bool = False
+    generating: bool = False
+    restored: bool | None = None  # the cache came back from disk (None: not opened yet)
+    parked: str | None = None  # why it waits for room in the context
+    restore_error: str | None = None  # why the saved cache was refused (re-read)
+    on_disk: bool = False  # saved, out of the context
+    forked: bool = False  # opened as a fork of another conversation's cache
+
+    def apply(self, event: StatusEvent) -> TabFigures:
+        """These figures after ``event``."""
+        match event:
+            case ev.SequenceStatus():
+                return replace(
+                    self,
+                    n_tokens=event.n_tokens,
+                    n_ctx=event.n_ctx,
+                    n_reserved=event.n_reserved,
+                    n_dropped=event.n_dropped,
+                    resident=event.resident,
+                    busy=event.busy,
+                    generating=event.generating,
+                    on_disk=self.on_disk and not event.resident,
+                )
+            case ev.CacheRestored():
+                outcome = event.outcome
+                return replace(
+                    self,
+                    restored=outcome is RestoreOutcome.RESTORED,
+                    parked=event.reason if outcome is RestoreOutcome.PARKED else None,
+                    restore_error=event.reason if outcome is RestoreOutcome.REREAD else None,
+                )
+            case ev.CacheParked():
+                return replace(self, resident=False, on_disk=event.saved)
+            case ev.ConversationForked():
+                return replace(self, forked=True)
+
+    def unloaded(self) -> TabFigures:
+        """No model any more: nothing is held."""
+        return replace(self, n_tokens=0, n_ctx=0, resident=False)
+
+    def turn_started(self) -> TabFigures:
+        """What happened when the tab opened is old news once it has answered."""
+        return replace(self, restored=None, parked=None, restore_error=None)
+
+
+def cache_note(info: TabFigures) -> CacheNote:
     """The note of ``info`` (the first that applies, in this order)."""
-    if info.get("on_disk"):
+    if info.on_disk:
         return CacheNote.ON_DISK
-    if info.get("restored"):
+    if info.restored:
         return CacheNote.RESTORED
-    if info.get("parked"):
+    if info.parked:
         return CacheNote.PARKED
-    if info.get("restore_error"):
+    if info.restore_error:
         return CacheNote.REREAD
     return CacheNote.NONE
 
 
-def state_text(state: TabState, prompt: tuple[int, int], tok_s: float, info: dict[str, Any]) -> str:
+def state_text(state: TabState, prompt: tuple[int, int], tok_s: float, info: TabFigures) -> str:
     """What the tab does in words (``prompt``: the prompt's tokens done and in all)."""
     match state:
         case TabState.QUEUED:
@@ -68,14 +129,14 @@ def state_text(state: TabState, prompt: tuple[int, int], tok_s: float, info: dic
             # saved, waiting for room in the context: it comes back when this chat is used
             return "idle · cache waiting for room (restored when you send)"
         case CacheNote.REREAD:
-            reason = str(info.get("restore_error")).strip()
+            reason = str(info.restore_error).strip()
             if len(reason) > RESTORE_REASON_CHARS:
                 reason = reason[: RESTORE_REASON_CHARS - 1].rstrip() + "…"
             return f"idle · cache re-processed: {reason}"
     return "idle"
 
 
-def state_tip(state: TabState, info: dict[str, Any]) -> str:
+def state_tip(state: TabState, info: TabFigures) -> str:
     """The state label's tooltip (why the cache is read again or waits; else none)."""
     if state is not TabState.IDLE:
         return ""
@@ -83,12 +144,12 @@ def state_tip(state: TabState, info: dict[str, Any]) -> str:
         case CacheNote.REREAD:
             return (
                 "The saved cache of this conversation could not be used, so its text is read "
-                f"again (information, nothing is lost): {info.get('restore_error')}"
+                f"again (information, nothing is lost): {info.restore_error}"
             )
         case CacheNote.PARKED:
             return (
                 "This conversation's cache is saved on disk; the context is busy with other "
-                f"chats, so it is restored when you next send here: {info.get('parked')}"
+                f"chats, so it is restored when you next send here: {info.parked}"
             )
     return ""
 
@@ -103,13 +164,8 @@ class MeterFigures:
     dropped: int  # the oldest messages that no longer fit
 
     @classmethod
-    def of(cls, info: dict[str, Any]) -> MeterFigures:
-        return cls(
-            int(info.get("n_tokens", 0)),
-            int(info.get("n_reserved", 0)),
-            int(info.get("n_ctx", 0)),
-            int(info.get("n_dropped", 0)),
-        )
+    def of(cls, info: TabFigures) -> MeterFigures:
+        return cls(info.n_tokens, info.n_reserved, info.n_ctx, info.n_dropped)
 
     def text(self, compact: bool) -> str:
         """The meter label (``compact``: a narrow window)."""

@@ -57,8 +57,8 @@ class TokenHint:
         tab = self.tab
         if not isValid(self.label) or serial != self._serial or not isinstance(result, int):
             return
-        n_ctx = int(tab.info.get("n_ctx", 0))
-        reserve = int(tab.info.get("n_reserved", 0))
+        n_ctx = tab.info.n_ctx
+        reserve = tab.info.n_reserved
         room = n_ctx - reserve
         too_long = bool(n_ctx) and result > room
         if too_long:

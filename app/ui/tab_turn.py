@@ -1,25 +1,29 @@
 """A chat tab's turns: generation and the session events of its conversation (streaming,
 the finish with its figures, a failed turn and its "Try again", context-full notices).
 
-The session saves the reply while it streams; the tab shows it (:class:`ReplyBuffer`
-buffers it for the window's flush timer) and finishes it.
+The tab only asks and shows: :meth:`TabTurn.generate` is one ``Session.answer`` (the
+session records the user's message and the reply, saves it while it streams and finishes
+it with its :class:`~app.session.ReplyMeta` before ``TurnFinished`` goes out); the tab
+buffers the streamed text for the window's flush timer (:class:`ReplyBuffer`) and, at the
+end, reads the stored reply back.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 from app.engine import SamplingParams
 from app.engine.reasoning import Channel
 from app.errors import LlamaDeskError
-from app.session import FinishReason, RestoreOutcome, TurnResult, reasoning_options
+from app.session import RecordedTurn, ReplyMeta, TurnResult, reasoning_options
 from app.session import events as ev
-from app.ui.chat_messages import chat_messages, message_data
-from app.ui.tab_reply import reply_end
+from app.ui.chat_messages import message_data
 from app.ui.tab_status import TabState
 
 if TYPE_CHECKING:
+    from app.storage import Message
     from app.ui.tab_protocols import TurnTab
 
 
@@ -28,43 +32,86 @@ class TabTurn:
 
     def __init__(self, tab: TurnTab) -> None:
         self.tab = tab
+        self._answer: Future[RecordedTurn] | None = None  # the turn asked for last
+        self._finished: TurnResult | None = None  # its end, if it came before its ids
+        self._parent: int | None = None  # the message the reply answers
 
-    def generate(self, parent_id: int) -> None:
+    def generate(self, parent_id: int | None, text: str | None = None) -> bool:
+        """Ask the session for a turn: ``text`` under ``parent_id`` (an edit: the edited
+        message's parent), or, without text, another reply to ``parent_id`` (regenerate,
+        "Try again"). The session records both messages; the reply's id comes back with
+        the future (:meth:`on_recorded`). False: refused before anything was asked (the
+        settings are not valid: the notice says why)."""
         tab = self.tab
         tab.save_settings()
         tab.notice.dismiss()  # a notice of an earlier turn (its "Try again") is old news
-        try:
-            reply = tab.db.begin_reply(tab.cid, parent_id, model_path=tab.host.model_path())
-            tab.branch = tab.db.get_thread(tab.cid, reply.id)
-        except LlamaDeskError as exc:
-            tab.notify(str(exc))
-            return
-        history = chat_messages(tab.branch[:-1])
-        tab.show_branch()
-        last = tab.view.last()
-        if last is not None:
-            last.set_streaming(True)
-        tab.view.set_actions_enabled(False)
-        tab.reply_id = reply.id
-        tab.reply.reset(submitted_at=time.perf_counter())
-        tab.set_generating(True)
-        tab.state = TabState.QUEUED
-        tab.update_status()
         sampling = tab.conversation.sampling
         try:
             params = SamplingParams.from_dict(sampling)
         except (LlamaDeskError, TypeError, ValueError) as exc:
-            self.on_failed(str(exc))
-            self.on_finished(TurnResult(finish_reason=FinishReason.ERROR, error=str(exc)))
-            return
-        tab.host.session.submit(
+            tab.notify(str(exc))
+            return False
+        tab.reply_id = None
+        self._finished = None
+        self._parent = None
+        tab.reply.reset(submitted_at=time.perf_counter())
+        tab.view.set_actions_enabled(False)
+        tab.set_generating(True)
+        tab.state = TabState.QUEUED
+        tab.update_status()
+        future = tab.host.session.answer(
             tab.cid,
-            history,
-            tab.conversation.system_prompt,
-            params,
-            reasoning_options(sampling),
-            reply_id=reply.id,  # the session saves it as it streams
+            parent_id,
+            text,
+            system=tab.conversation.system_prompt,
+            sampling=params,
+            reasoning=reasoning_options(sampling),
         )
+        self._answer = future
+        tab.host.worker.when_done(
+            future, lambda outcome: self.on_recorded(future, outcome, parent_id, text)
+        )
+        return True
+
+    def on_recorded(
+        self,
+        future: Future[RecordedTurn],
+        outcome: RecordedTurn | BaseException,
+        parent_id: int | None,
+        text: str | None,
+    ) -> None:
+        """The session recorded the turn's messages (on the GUI thread): show the branch
+        with the reply it streams into. Refused (no model, no database): nothing was
+        written, the user's text goes back into the composer (the turn's end, which
+        follows, says why)."""
+        tab = self.tab
+        if future is not self._answer:
+            return  # an older turn's (the tab was reset meanwhile)
+        if isinstance(outcome, BaseException):
+            if text and not tab.composer.toPlainText():
+                tab.composer.setPlainText(text)
+            return
+        tab.reply_id = outcome.reply_message_id
+        # what the reply answers: the new message, else the one answered again
+        self._parent = outcome.user_message_id or parent_id
+        try:
+            tab.branch = tab.db.get_thread(tab.cid, outcome.reply_message_id)
+        except LlamaDeskError:
+            # The turn failed at once and the session dropped its empty reply already
+            # (its end is on the way): show the question it answers.
+            try:
+                tab.branch = tab.db.get_thread(tab.cid, self._parent) if self._parent else []
+            except LlamaDeskError as exc:
+                tab.notify(str(exc))
+        tab.show_branch()
+        last = tab.view.last()
+        if last is not None and tab.generating:
+            last.set_streaming(True)
+        tab.reload_conversation()  # a first message titles the conversation
+        tab.host.conversation_changed(tab.cid)
+        finished, self._finished = self._finished, None
+        if finished is not None:  # the turn ended before its ids were delivered
+            self.on_finished(finished)
 
     # this conversation's session events (on the GUI thread)
 
@@ -86,39 +133,18 @@ class TabTurn:
                 self.on_failed(event.message)
             case ev.ContextShifted():
                 self.on_shifted(event.n_discarded)
-            case ev.SequenceStatus():
-                tab.on_info(
-                    {
-                        "n_tokens": event.n_tokens,
-                        "n_ctx": event.n_ctx,
-                        "n_reserved": event.n_reserved,
-                        "n_dropped": event.n_dropped,
-                        "resident": event.resident,
-                        "busy": event.busy,
-                        "generating": event.generating,
-                    }
-                )
-            case ev.CacheRestored():
-                tab.on_info(
-                    {
-                        "restored": event.outcome is RestoreOutcome.RESTORED,
-                        "parked": event.reason if event.outcome is RestoreOutcome.PARKED else None,
-                        "restore_error": event.reason
-                        if event.outcome is RestoreOutcome.REREAD
-                        else None,
-                    }
-                )
-            case ev.CacheParked():
-                tab.on_info({"saved": event.saved, "resident": False})
-            case ev.ConversationForked():
-                tab.on_info({"forked": True})
+            case (
+                ev.SequenceStatus()
+                | ev.CacheRestored()
+                | ev.CacheParked()
+                | ev.ConversationForked()
+            ):
+                tab.on_status(event)  # the event itself: the figures read it (TabFigures)
 
     def on_started(self, n_to_process: int) -> None:
         tab = self.tab
         if tab.turns_since_open >= 1:  # what happened at restore is old news now
-            tab.info.pop("restored", None)
-            tab.info.pop("parked", None)
-            tab.info.pop("restore_error", None)
+            tab.info = tab.info.turn_started()
         tab.state = TabState.PROMPT
         tab.prompt_progress = (0, n_to_process)
         tab.update_status()
@@ -159,100 +185,69 @@ class TabTurn:
         )
 
     def on_finished(self, result: TurnResult) -> None:
+        """The turn ended: the session has stored the reply (or dropped an empty failed
+        one) before this event went out, so the tab reads it back."""
         tab = self.tab
         tab.last_completion = result
         tab.turns_since_open += 1
-        if tab.reply_id is None:
+        if not tab.generating:
             return
-        end = reply_end(result, tab.reply)
-        if end.error or end.status == "error":
-            # Said once, in this tab (also a full context that stopped the reply).
-            self._report_error(end.error or "The reply failed.", failed=end.status == "error")
-            if not end.text and not end.reasoning:
-                # Nothing was written: an error is not an assistant message.
-                self._drop_failed_reply()
+        if tab.reply_id is None:
+            if self._answer is not None and not self._answer.done():
+                self._finished = result  # its ids are on their way (on_recorded)
                 return
-        self.finish_reply(end.text, end.status, **end.figures())
+            # refused before anything was recorded: say why, and nothing else changes
+            self._answer = None
+            tab.notify(tab.reply.error or result.error or "The reply failed.")
+            self._settle()
+            tab.view.set_actions_enabled(True)
+            tab.update_status()
+            return
+        self._answer = None
+        meta = ReplyMeta.of(result, "", "", error=tab.reply.error)
+        reply_id, tab.reply_id = tab.reply_id, None
+        notice = meta.notice
+        if notice:
+            # Said once, in this tab (also a full context that stopped the reply).
+            self._report_error(notice, failed=meta.status == "error")
+        try:
+            message = tab.db.get_message(reply_id)
+        except LlamaDeskError:
+            message = None  # an empty failed reply: the session dropped it
+        self._settle(message)
+        if message is None:
+            tab.load_thread()
+        else:
+            if tab.branch and tab.branch[-1].id == reply_id:
+                tab.branch[-1] = message
+            widget = tab.view.widget_for(reply_id)
+            if widget is not None:
+                widget.set_streaming(False)
+                widget.update_data(message_data(tab.db, message))
+        tab.view.set_actions_enabled(True)
+        tab.update_status()
+        tab.reload_conversation()
+        tab.host.conversation_changed(tab.cid)
+
+    def _settle(self, message: Message | None = None) -> None:
+        """The turn is over: the buffers hold the stored reply (nothing: none), the tab
+        is idle."""
+        tab = self.tab
+        tab.reply.parts = [message.content] if message is not None else []
+        tab.reply.reasoning_parts = [message.reasoning] if message and message.reasoning else []
+        tab.reply.settled()
+        tab.set_generating(False)
+        tab.state = TabState.IDLE
 
     def _report_error(self, message: str, failed: bool = True) -> None:
         """``failed``: the turn failed (else the reply stopped early, e.g. a full context
         with "Stop the reply": a notice, not an error)."""
-        parent = self._reply_parent()
+        parent = self._parent
         retry = (
             ("Try again", lambda: self._retry(parent)) if parent is not None and failed else None
         )
         self.tab.notify(message, failed or not self.tab.reply.parts, retry)
 
-    def _reply_parent(self) -> int | None:
-        tab = self.tab
-        if tab.reply_id is None:
-            return None
-        for message in tab.branch:
-            if message.id == tab.reply_id:
-                return message.parent_id
-        return None
-
     def _retry(self, parent_id: int | None) -> None:
         if parent_id is not None and not self.tab.generating and self.tab.host.model_ready():
             self.generate(parent_id)
-
-    def _drop_failed_reply(self) -> None:
-        """Remove the empty reply of a failed turn (the user's message stays, ready for
-        "Try again" or an edit)."""
-        tab = self.tab
-        reply_id, tab.reply_id = tab.reply_id, None
-        tab.reply.parts = []
-        tab.reply.reasoning_parts = []
-        tab.reply.settled()
-        tab.set_generating(False)
-        tab.state = TabState.IDLE
-        if reply_id is not None:
-            try:
-                tab.db.delete_branch(reply_id)
-            except LlamaDeskError as exc:
-                tab.notify(str(exc))
-        tab.load_thread()
-        tab.view.set_actions_enabled(True)
-        tab.update_status()
-        tab.reload_conversation()
-        tab.host.conversation_changed(tab.cid)
-
-    def finish_reply(self, text: str, status: str, **figures: Any) -> None:
-        tab = self.tab
-        reply_id, tab.reply_id = tab.reply_id, None
-        tab.reply.parts = [text]
-        if figures.get("reasoning"):
-            tab.reply.reasoning_parts = [figures["reasoning"]]
-        tab.reply.settled()
-        tab.set_generating(False)
-        tab.state = TabState.IDLE
-        if reply_id is None:
-            return
-        try:
-            message = tab.db.finish_reply(reply_id, text, status, **figures)
-        except LlamaDeskError as exc:
-            tab.notify(str(exc))
-            return
-        if tab.branch and tab.branch[-1].id == reply_id:
-            tab.branch[-1] = message
-        widget = tab.view.widget_for(reply_id)
-        if widget is not None:
-            widget.set_streaming(False)
-            widget.update_data(message_data(tab.db, message))
-        tab.view.set_actions_enabled(True)
-        tab.update_status()
-        tab.reload_conversation()
-        tab.host.conversation_changed(tab.cid)
-
-    def finish_for_shutdown(self) -> None:
-        """Save the reply as it is (stopped) when the window closes mid-generation."""
-        tab = self.tab
-        if tab.reply_id is not None:
-            reasoning = tab.reply.reasoning_text()
-            self.finish_reply(
-                tab.reply.text(),
-                "stopped",
-                meta={"finish_reason": "aborted"},
-                reasoning=reasoning or None,
-                reasoning_ms=tab.reply.thinking_ms() if reasoning else None,
-            )

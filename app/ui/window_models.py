@@ -227,10 +227,9 @@ class WindowModels:
         win = self.win
         win.model = None
         for tab in win.tabs():
-            tab.on_info({"n_tokens": 0, "n_ctx": 0, "resident": False})
+            tab.show_figures(tab.info.unloaded())
             tab.set_reasoning_support(False, False)
-            if tab.generating:
-                tab.finish_for_shutdown()
+            # a reply that was streaming ended (stopped, recorded by the session) before this
         win.update_model_labels()
         if self._model_manager is not None:
             self._model_manager.set_loaded(None)

@@ -96,8 +96,7 @@ class WindowShutdown:
         win.session.cancel_load()  # a model still loading is given up, not waited for
         win.session.stop(None)
         for tab in win.tabs():
-            tab.save_settings()
-            tab.finish_for_shutdown()
+            tab.save_settings()  # a stopped reply is recorded by the session's wind-down
         win.save_tabs()
         win.app_settings.window_geometry = base64.b64encode(
             bytes(self.window.saveGeometry().data())

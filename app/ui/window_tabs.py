@@ -255,13 +255,11 @@ class WindowTabs:
         win.schedule_save_tabs()
 
     def remove_tab(self, tab: ChatTab) -> None:
-        """Take ``tab`` out (its reply so far saved, its cache saved by the session); the
+        """Take ``tab`` out (its reply so far and its cache saved by the session); the
         conversation stays."""
         win = self.win
         index = self.tab_widget.indexOf(tab)
-        if tab.generating:
-            win.session.stop(tab.cid)
-            tab.finish_for_shutdown()
+        # A reply still streaming ends stopped: the session records it as it closes.
         win.session.close(tab.cid, save=True)
         win.worker.release(tab.cid)
         self.by_id.pop(tab.cid, None)

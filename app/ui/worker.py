@@ -59,9 +59,13 @@ class EngineWorker(QObject):
         """Run ``fn(engine)`` on the session thread; ``done`` gets its result (or the
         exception it raised, :class:`~app.session.NoModelError` without a model) on the GUI
         thread. For short work: every conversation waits meanwhile."""
-        future = self.session.call(fn)
+        self.when_done(self.session.call(fn), done)
 
-        def relay(f: Future[T]) -> None:  # on the session thread
+    def when_done(self, future: Future[T], done: Callable[[T | BaseException], None]) -> None:
+        """``done`` gets the future's result (or its exception) on the GUI thread: a
+        session future completes on the session thread, where no widget may be touched."""
+
+        def relay(f: Future[T]) -> None:  # on the thread that completed it
             error = f.exception()
             self._called.emit(done, error if error is not None else f.result())
 

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt
 
-from app.session import ContextFullPolicy, TurnResult
+from app.errors import LlamaDeskError
+from app.session import (
+    ContextFullPolicy,
+    ConversationId,
+    FinishReason,
+    RecordedTurn,
+    TurnId,
+    TurnResult,
+)
+from app.session import events as ev
 from app.storage import Database
 from tests.ui.conftest import (
     ENDLESS_GRAMMAR,
@@ -61,11 +71,14 @@ def test_send_and_stream(qtbot: Any, make_window: Any) -> None:
     assert tab is not None and window.current_tab() is tab
     set_sampling(tab, max_tokens=48, temperature=0.7, seed=1)
     send(qtbot, tab, "hello world")
-    # committed before shown as sent
+    assert tab.generating and tab.stop_button.isVisible()  # at once, before any reply
+    # the session records both messages, then the tab shows them
+    qtbot.waitUntil(lambda: len(tab.view.messages()) == 2, timeout=10000)
     thread = window.db.get_thread(tab.cid)
     assert [m.role for m in thread] == ["user", "assistant"]
-    assert thread[0].content == "hello world" and thread[1].status == "partial"
-    assert tab.generating and tab.stop_button.isVisible()
+    assert [w.data.id for w in tab.view.messages()] == [m.id for m in thread]
+    assert thread[0].content == "hello world"
+    assert thread[1].status in ("partial", "complete")
     completion = wait_idle(qtbot, tab)
     assert completion.finish_reason in ("eog", "length")
     assert completion.n_tokens > 0
@@ -78,6 +91,12 @@ def test_send_and_stream(qtbot: Any, make_window: Any) -> None:
     assert "tokens" in widget.figures.text()
     assert tab.composer.toPlainText() == ""
     assert tab.state_label.text().startswith("idle")
+    # the stored time to first token is the session's, from Send (the answer call in the
+    # same click) to the first token sampled: within what the tab saw (Send to shown)
+    shown_ms = tab.reply.first_token_ms
+    assert shown_ms is not None
+    assert 0 < reply.meta["ttft_ms"] <= shown_ms + 0.1
+    assert reply.meta["engine"] == "llama.cpp" and reply.model_path
     assert "/ 2,048 tokens" in tab.meter_label.text()
     assert window.message_bar.text() == ""
 
@@ -180,7 +199,7 @@ def test_more_tabs_than_resident_slots_evict_to_disk(qtbot: Any, make_window: An
         firsts.append(wait_idle(qtbot, tab))
         tabs.append(tab)
     # three conversations, two slots: the least recently used was saved and evicted
-    qtbot.waitUntil(lambda: tabs[0].info.get("on_disk") is True, timeout=5000)
+    qtbot.waitUntil(lambda: tabs[0].info.on_disk is True, timeout=5000)
     assert "saved to disk" in tabs[0].state_text()
     assert any(window.store.directory.glob(f"{tabs[0].cid}-*.kvstate"))
     # it comes back from there: the follow-up processes only the new message
@@ -205,7 +224,7 @@ def test_fork_shares_the_cache(qtbot: Any, make_window: Any) -> None:
     fork = window.current_tab()
     assert fork is not tab and fork.cid != tab.cid
     assert [m.content for m in fork.branch] == [m.content for m in tab.branch[:2]]
-    qtbot.waitUntil(lambda: fork.info.get("forked") is True, timeout=5000)
+    qtbot.waitUntil(lambda: fork.info.forked is True, timeout=5000)
     fork_tokens = held_tokens(qtbot, window, fork)
     src_tokens = held_tokens(qtbot, window, tab)
     assert 0 < len(fork_tokens) < held
@@ -312,7 +331,7 @@ def test_close_during_generation_and_reopen(qtbot: Any, make_window: Any, tiny_m
     window2, _ = make_window(write=False)
     assert [t.cid for t in window2.tabs()] == ids
     reopened = window2.tab_for(quiet.cid)
-    qtbot.waitUntil(lambda: reopened.info.get("restored") is True, timeout=5000)
+    qtbot.waitUntil(lambda: reopened.info.restored is True, timeout=5000)
     assert "restored" in reopened.state_text()
     assert [m.content for m in reopened.branch] == [first.text] or reopened.branch
     send(qtbot, reopened, "what did I say?")
@@ -385,3 +404,34 @@ def test_refused_cache_is_information(qtbot: Any, make_window: Any) -> None:
     send(qtbot, reopened, "and now?")
     wait_idle(qtbot, reopened)
     assert reopened.state_label.text() == "idle"
+
+
+def test_a_refused_turn_writes_nothing_and_gives_the_text_back(
+    qtbot: Any, make_window: Any, monkeypatch: Any
+) -> None:
+    """The session refuses a turn before recording it (here: as a session without a
+    database does): its error is said once, the tab is idle, the text is in the composer
+    again and nothing was stored."""
+    window, _ = make_window()
+    tab = window.new_tab()
+    session = window.session
+    refusal = "This session has no database: it records no messages."
+
+    def refuse(cid: int, parent_id: int | None, text: str | None = None, **_: Any) -> Any:
+        future: Future[RecordedTurn] = Future()
+        future.set_exception(LlamaDeskError(refusal))
+        # what the session then sends the conversation (Outbox.fail_turn)
+        window.worker.stream(cid).received.emit(ev.TurnFailed(ConversationId(cid), refusal))
+        result = TurnResult(finish_reason=FinishReason.ERROR, error=refusal)
+        window.worker.stream(cid).received.emit(
+            ev.TurnFinished(ConversationId(cid), TurnId(1), result)
+        )
+        return future
+
+    monkeypatch.setattr(session, "answer", refuse)
+    send(qtbot, tab, "lost words?")
+    qtbot.waitUntil(lambda: not tab.generating, timeout=5000)
+    assert tab.composer.toPlainText() == "lost words?"
+    assert tab.notice.isVisible() and refusal in tab.notice.text()
+    assert window.db.get_thread(tab.cid) == []
+    assert tab.view.messages() == [] and tab.reply_id is None

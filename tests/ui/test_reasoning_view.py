@@ -8,6 +8,7 @@ streaming states ("Thinking…" then collapsed) are driven with the session's ev
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,23 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLabel
 
-from app.engine.chat_template import ReasoningEffort, ReasoningOptions
-from app.engine.reasoning import Channel
-from app.session import ConversationId, FinishReason, TurnId, TurnResult, reasoning_options
+from app.engine.chat_template import ReasoningDefaults, ReasoningEffort, ReasoningOptions
+from app.engine.reasoning import Channel, ReasoningFormat
+from app.session import (
+    ConversationId,
+    FinishReason,
+    RecordedTurn,
+    Recorder,
+    ReplyMeta,
+    TurnId,
+    TurnResult,
+    reasoning_options,
+)
 from app.session import events as ev
+from app.storage import Database
 from app.ui.chat_tab import engine_messages
 from app.ui.chat_view import MessageWidget, ReasoningBlock, thought_title
+from app.ui.tab_choices import THINKING_TIP, default_thinking_tip
 from tests.support.gguf_models import TinySpec, write_tiny_model
 from tests.ui.conftest import inspect, send, wait_idle
 
@@ -71,26 +83,75 @@ def test_thought_title() -> None:
 
 
 def test_reasoning_options_from_the_conversation_settings() -> None:
-    assert reasoning_options({}) == ReasoningOptions(True, ReasoningEffort.MEDIUM)
+    # nothing stored: the model's default (the engine's rule), not a guess of ours
+    assert reasoning_options({}) == ReasoningOptions(None, None)
     assert reasoning_options({"enable_thinking": False, "reasoning_effort": "high"}) == (
         ReasoningOptions(False, ReasoningEffort.HIGH)
     )
-    assert reasoning_options({"reasoning_effort": "bogus"}).effort is ReasoningEffort.MEDIUM
+    assert reasoning_options({"enable_thinking": True}) == ReasoningOptions(True, None)
+    assert reasoning_options({"reasoning_effort": "bogus"}).effort is None
+    assert reasoning_options({"enable_thinking": "yes"}).enable_thinking is None
+
+
+def test_thinking_tip_names_the_rule_and_format() -> None:
+    on = ReasoningDefaults(ReasoningFormat.THINK_TAGS, True, True, True, False)
+    assert default_thinking_tip(on).endswith(
+        "Thinking is on by default for this model (its template's <think> format, "
+        "llama-server rule)."
+    )
+    off = ReasoningDefaults(ReasoningFormat.NONE, False, False, False, False)
+    assert "Thinking is off by default for this model (llama-server rule: its template " in (
+        default_thinking_tip(off)
+    )
+    assert default_thinking_tip(None) == THINKING_TIP
+
+
+class PlayedSession:
+    """``Session.answer`` played by the test: it records what the session would (through
+    the session's own :class:`~app.session.Recorder`) and finishes the reply before the
+    test sends ``TurnFinished``, as the session does."""
+
+    def __init__(self, db: Database) -> None:
+        self.recorder = Recorder(db)
+        self.calls: list[tuple[Any, ...]] = []
+        self.reply_id = 0
+
+    def answer(
+        self, cid: int, parent_id: int | None, text: str | None = None, **kwargs: Any
+    ) -> Future[RecordedTurn]:
+        self.calls.append((cid, parent_id, text, kwargs))
+        user = self.recorder.add_user(cid, text or "", parent_id)
+        self.reply_id = self.recorder.begin_reply(cid, user.id, "/models/tiny.gguf").id
+        future: Future[RecordedTurn] = Future()
+        future.set_result(RecordedTurn(TurnId(1), user.id, self.reply_id))
+        return future
+
+    def finish(
+        self, result: TurnResult, reasoning: str = "", reasoning_ms: float | None = None
+    ) -> None:
+        """What the session's streamed copy adds: ``reasoning`` and its time."""
+        meta = ReplyMeta.of(
+            result, "/models/tiny.gguf", "llama.cpp", reasoning=reasoning, reasoning_ms=reasoning_ms
+        )
+        self.recorder.end_reply(self.reply_id, result.text, meta)
+
+
+def play(qtbot: Any, window: Any, tab: Any, monkeypatch: Any, text: str) -> PlayedSession:
+    played = PlayedSession(window.db)
+    monkeypatch.setattr(window.session, "answer", played.answer)
+    send(qtbot, tab, text)
+    assert tab.generating and played.calls
+    qtbot.waitUntil(lambda: tab.reply_id == played.reply_id, timeout=5000)
+    return played
 
 
 def test_streamed_reasoning_then_answer(qtbot: Any, make_window: Any, monkeypatch: Any) -> None:
     window, _ = make_window()
     tab = window.new_tab()
-    submitted: list[dict[str, Any]] = []
-
-    def fake_submit(*args: Any, **kwargs: Any) -> int:
-        submitted.append(kwargs)
-        return 1
-
-    monkeypatch.setattr(window.session, "submit", fake_submit)
-    send(qtbot, tab, "think about it")
-    assert tab.generating and submitted
-    assert submitted[0]["reply_id"] == tab.reply_id  # the session saves it as it streams
+    played = play(qtbot, window, tab, monkeypatch, "think about it")
+    cid_, parent, text, kwargs = played.calls[0]
+    assert (cid_, parent, text) == (tab.cid, None, "think about it")
+    assert kwargs["reasoning"] == reasoning_options(tab.conversation.sampling)
     cid = tab.cid
     tab.on_event(ev.TurnStarted(ConversationId(cid), TurnId(1), 5))
     tab.on_event(streamed(cid, "Let me think: ", 3, Channel.REASONING))
@@ -121,6 +182,7 @@ def test_streamed_reasoning_then_answer(qtbot: Any, make_window: Any, monkeypatc
         n_prompt=5,
         n_prompt_processed=5,
     )
+    played.finish(result)  # the session stores the reply before TurnFinished goes out
     tab.on_event(ev.TurnFinished(ConversationId(cid), TurnId(1), result))
     assert not tab.generating
     assert block.title() == "Thought for 12 s"
@@ -145,11 +207,11 @@ def test_stopped_while_thinking_keeps_the_thoughts(
 ) -> None:
     window, _ = make_window()
     tab = window.new_tab()
-    monkeypatch.setattr(window.session, "submit", lambda *a, **k: 1)
-    send(qtbot, tab, "think")
+    played = play(qtbot, window, tab, monkeypatch, "think")
     tab.on_event(streamed(tab.cid, "half a thought", 2, Channel.REASONING))
     tab.flush(True)
     aborted = TurnResult(finish_reason=FinishReason.ABORTED)
+    played.finish(aborted, reasoning="half a thought", reasoning_ms=300.0)
     tab.on_event(ev.TurnFinished(ConversationId(tab.cid), TurnId(1), aborted))
     reply = window.db.get_thread(tab.cid)[-1]
     assert reply.status == "stopped" and reply.content == ""
@@ -164,13 +226,23 @@ def test_real_reasoning_reply(qtbot: Any, make_window: Any, thinking_model: Path
     window, rec = make_window(thinking_model)
     tab = window.new_tab()
     # Qwen3's template takes enable_thinking (no effort): only "Thinking" shows, checked
+    # as the model's default (nothing stored), and its tooltip says why
     assert not tab.thinking.isHidden() and tab.thinking.isChecked()
     assert tab.effort.isHidden()
+    assert "enable_thinking" not in tab.conversation.sampling
+    model = window.model
+    assert model is not None and model.reasoning is not None
+    assert model.reasoning.format is ReasoningFormat.THINK_TAGS
+    assert model.reasoning.thinking_by_default
+    assert tab.thinking.toolTip() == default_thinking_tip(model.reasoning)
+    assert "on by default for this model (its template's <think> format" in tab.thinking.toolTip()
     set_sampling(tab, grammar=THINK_GRAMMAR, max_tokens=200, temperature=0.0)
     send(qtbot, tab, "what do you think?")
     completion = wait_idle(qtbot, tab)
     assert completion.finish_reason == "eog", completion
     assert completion.text == ANSWER and completion.reasoning == THOUGHT
+    # nothing stored: the engine got the model's default, and it thought
+    assert inspect(qtbot, window, tab).reasoning == ReasoningOptions(None, None)
     assert completion.reasoning_ms is not None
     assert rec.texts(tab.cid) == ANSWER  # the answer signal carries the answer only
     assert rec.reasoning_text(tab.cid) == THOUGHT
@@ -206,7 +278,7 @@ def test_real_reasoning_reply(qtbot: Any, make_window: Any, thinking_model: Path
     send(qtbot, reopened, "and now?")
     wait_idle(qtbot, reopened)
     seen = inspect(qtbot, window, reopened).reasoning
-    assert seen == ReasoningOptions(enable_thinking=False, effort=ReasoningEffort.MEDIUM)
+    assert seen == ReasoningOptions(enable_thinking=False, effort=None)  # no effort stored
 
 
 def test_no_reasoning_no_block(qtbot: Any, make_window: Any) -> None:

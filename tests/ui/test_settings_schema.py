@@ -386,14 +386,18 @@ def test_choice_editor_explains_each_choice_and_reports_only_user_choices(qtbot:
 
 def test_the_schema_package_imports_only_the_standard_library() -> None:
     """Storage and the engine both import the schema, and neither may import the other:
-    its rooms import the standard library and each other, nothing else (inside functions
-    too). tests/test_layers.py covers app's top-level modules, not this package."""
+    its rooms import the standard library, each other and the app's shared vocabulary
+    below both (``app.context_policy``, itself of the standard library only), nothing
+    else (inside functions too). tests/test_layers.py covers app's top-level modules, not
+    this package."""
     import ast
     import sys
 
-    folder = Path(__file__).resolve().parents[2] / "app" / "settings_schema"
-    files = sorted(folder.glob("*.py"))
+    app = Path(__file__).resolve().parents[2] / "app"
+    shared = {"app.context_policy"}
+    files = sorted((app / "settings_schema").glob("*.py"))
     assert len(files) > 1
+    files += [app / f"{name.split('.')[1]}.py" for name in sorted(shared)]
     wrong = []
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -406,7 +410,11 @@ def test_the_schema_package_imports_only_the_standard_library() -> None:
             )
             for name in names:
                 top = name.split(".")[0]
-                ours = name == "app.settings_schema" or name.startswith("app.settings_schema.")
+                ours = (
+                    name == "app.settings_schema"
+                    or name.startswith("app.settings_schema.")
+                    or name in shared
+                )
                 if not ours and top not in sys.stdlib_module_names and top != "__future__":
                     wrong.append(f"{path.name} imports {name}")
     assert not wrong, wrong

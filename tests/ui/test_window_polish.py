@@ -68,7 +68,7 @@ def test_a_fork_says_so_in_its_tab_and_takes_the_focus(qtbot: Any, make_window: 
 
 
 def test_an_error_is_a_notice_in_its_tab_not_an_assistant_message(
-    qtbot: Any, make_window: Any
+    qtbot: Any, make_window: Any, monkeypatch: Any
 ) -> None:
     window, _ = make_window()
     tab = window.new_tab()
@@ -85,6 +85,19 @@ def test_an_error_is_a_notice_in_its_tab_not_an_assistant_message(
     assert tab.notice.text() == result.error and tab.notice.error  # said once, in its tab
     assert window.message_bar.text() == "" and other.notice.text() == ""
     assert tab.notice.action_button.text() == "Try again"
+    # "Try again" asks the session for another reply to the stored question, no new text
+    asked: list[tuple[Any, ...]] = []
+    answer = window.session.answer
+
+    def spy(cid: int, parent_id: int | None, text: str | None = None, **kw: Any) -> Any:
+        asked.append((cid, parent_id, text))
+        return answer(cid, parent_id, text, **kw)
+
+    monkeypatch.setattr(window.session, "answer", spy)
+    tab.notice.action_button.click()
+    assert asked == [(tab.cid, thread[0].id, None)]
+    wait_idle(qtbot, tab)
+    assert [m.role for m in window.db.get_thread(tab.cid)] == ["user"]  # failed again: dropped
 
 
 def test_a_long_message_shows_its_token_count_before_it_is_sent(
@@ -363,8 +376,8 @@ def test_the_meter_counts_the_reply_reserve(qtbot: Any, make_window: Any) -> Non
     set_sampling(tab, max_tokens=100)
     send(qtbot, tab, "hello there")
     wait_idle(qtbot, tab)
-    qtbot.waitUntil(lambda: tab.info.get("n_reserved") == 100, timeout=5000)
-    n, n_ctx = int(tab.info["n_tokens"]), int(tab.info["n_ctx"])
+    qtbot.waitUntil(lambda: tab.info.n_reserved == 100, timeout=5000)
+    n, n_ctx = tab.info.n_tokens, tab.info.n_ctx
     assert n > 0 and tab.meter.value() == n + 100 and tab.meter.held() == n
     assert tab.meter_label.text() == f"{n:,} / {n_ctx:,} tokens · 100 kept for the reply"
     assert "100 are kept free for the reply" in tab.meter.toolTip()
@@ -380,7 +393,7 @@ def test_old_messages_out_of_the_context_are_marked(qtbot: Any, make_window: Any
     for i in range(6):
         send(qtbot, tab, f"turn {i}: " + " ".join(f"w{i}x{j}" for j in range(40)))
         wait_idle(qtbot, tab)
-    qtbot.waitUntil(lambda: int(tab.info.get("n_dropped", 0)) > 0, timeout=5000)
+    qtbot.waitUntil(lambda: tab.info.n_dropped > 0, timeout=5000)
     start = tab.context_start()
     assert start is not None and tab.view.context_start_id() == start
     divider = tab.view.divider()
@@ -388,7 +401,7 @@ def test_old_messages_out_of_the_context_are_marked(qtbot: Any, make_window: Any
     # the divider stands right above the first message the model still sees
     widget = tab.view.widget_for(start)
     assert widget is not None and divider.geometry().bottom() <= widget.geometry().top()
-    assert n_dropped_messages(tab) == int(tab.info["n_dropped"])
+    assert n_dropped_messages(tab) == tab.info.n_dropped
 
 
 def n_dropped_messages(tab: Any) -> int:
