@@ -47,6 +47,7 @@ from app.engine.errors import ContextError, EngineError, StateError
 from app.engine.events import Completion, Event, RestoreOutcome
 from app.engine.forks import Forks
 from app.engine.handles import Handles
+from app.engine.memory_use import memory_in_use
 from app.engine.metadata import ModelInfo
 from app.engine.model import Model, ProgressCallback
 from app.engine.prompt_queue import PromptQueue
@@ -252,21 +253,7 @@ class Engine:
 
     def memory(self) -> dict[str, int]:
         """Bytes used by the weights and by the KV cache (the status bar shows these)."""
-        model = self._h.need_model()
-        ctx = self._h.context
-        seqs = self._h.table.by_key.values()
-        kv = int(ctx.settings.kv_bytes_per_token(model.info) * ctx.n_ctx) if ctx is not None else 0
-        recurrent = 0
-        if ctx is not None:
-            recurrent = ctx.settings.memory_estimate(model.info).recurrent_bytes
-        return {
-            "model_bytes": model.size_bytes,
-            "kv_bytes": kv,
-            "recurrent_bytes": recurrent,
-            "checkpoint_bytes": sum(s.checkpoints.nbytes for s in seqs),
-            "kv_tokens_held": sum(len(s.tokens) for s in seqs if s.seq_id is not None),
-            "n_ctx": ctx.n_ctx if ctx is not None else 0,
-        }
+        return memory_in_use(self._h.need_model(), self._h.context, self._h.table.by_key.values())
 
     # ---------------------------------------------------------------- tokens and text
 
