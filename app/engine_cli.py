@@ -18,10 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.errors import LlamaDeskError
-from app.settings_schema import CONTEXT_FIELDS, MISSING, SAMPLING_FIELDS, FieldSpec
+from app.settings_schema import (
+    CONTEXT_FIELDS,
+    DEVICE_FIELDS,
+    MISSING,
+    SAMPLING_FIELDS,
+    FieldSpec,
+)
 
 if TYPE_CHECKING:
-    from app.engine import ContextSettings, SamplingParams
+    from app.engine import ContextSettings, ModelSettings, SamplingParams
     from app.session import Session
     from app.session.events import ConversationEvent, SessionEvent
 
@@ -31,6 +37,7 @@ T = TypeVar("T")
 RUN_SAMPLING = tuple(s for s in SAMPLING_FIELDS.values() if s.cli is not None)
 RUN_CONTEXT = tuple(CONTEXT_FIELDS[name] for name in ("n_ctx", "n_batch", "n_threads"))
 BENCH_CONTEXT = (CONTEXT_FIELDS["n_threads"],)
+RUN_DEVICES = tuple(s for s in DEVICE_FIELDS.values() if s.cli is not None)
 
 
 def cli_dest(spec: FieldSpec) -> str:
@@ -92,7 +99,11 @@ def _checked(settings: Any, *validate_args: Any) -> None:
     try:
         settings.validate(*validate_args)
     except SettingsError as exc:
-        spec = CONTEXT_FIELDS.get(exc.field) or SAMPLING_FIELDS.get(exc.field)
+        spec = (
+            CONTEXT_FIELDS.get(exc.field)
+            or SAMPLING_FIELDS.get(exc.field)
+            or DEVICE_FIELDS.get(exc.field)
+        )
         prefix = f"{cli_flag(spec)}: " if spec is not None and spec.cli is not None else ""
         raise SettingsError(exc.field, f"{prefix}{exc}", exc.fields) from None
 
@@ -123,6 +134,7 @@ def register(sub: Any) -> None:
     p.add_argument("--system", metavar="TEXT", help="system prompt (chat mode)")
     add_schema_args(p.add_argument_group("sampling (each reply)"), RUN_SAMPLING)
     add_schema_args(p.add_argument_group("context"), RUN_CONTEXT)
+    add_schema_args(p.add_argument_group("devices (see `llamadesk devices`)"), RUN_DEVICES)
     p.add_argument(
         "--parallel",
         type=int,
@@ -278,6 +290,15 @@ def context_settings(args: argparse.Namespace, n_seq: int) -> ContextSettings:
     return settings
 
 
+def model_settings(args: argparse.Namespace) -> ModelSettings:
+    """``run``'s device placement from its flags, validated (errors name the flag)."""
+    from app.engine import ModelSettings
+
+    settings = ModelSettings(**schema_values(args, RUN_DEVICES))
+    _checked(settings)
+    return settings
+
+
 def sampling_params(args: argparse.Namespace, grammar: str | None = None) -> SamplingParams:
     """``run``'s sampling from its flags, validated (errors name the flag)."""
     from app.engine import SamplingParams
@@ -315,23 +336,34 @@ def _session_events(
     session: Session, events: queue.SimpleQueue[Any]
 ) -> Iterator[ConversationEvent | SessionEvent]:
     """The events the session sends ``events``, as they come (an error if it died)."""
+    from app.rpc_supervisor import beat
+
     while True:
         try:
-            yield events.get(timeout=0.1)
+            event = events.get(timeout=0.1)
         except queue.Empty:
             if not session.is_running:
                 raise LlamaDeskError("Internal error: the engine thread stopped.") from None
+            continue
+        beat()  # progress, for the watchdog of a run on remote devices (app.rpc_supervisor)
+        yield event
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """A client of the :class:`~app.session.Session` (as the window and the API server
     are): one without a state store or database, so nothing is persisted. Conversations
     1..N are the ``--parallel`` sequences; their turns start together in one batch."""
+    from app import rpc_supervisor
     from app.engine.chat_template import ReasoningEffort, ReasoningOptions
     from app.engine.reasoning import Channel
+    from app.offload_loader import OffloadLoader
     from app.session import ChatMessage, RestoreOutcome, Session, TurnId, TurnResult
     from app.session import events as ev
 
+    placement = model_settings(args)
+    if placement.rpc_servers.strip() and not rpc_supervisor.in_child():
+        # A remote device's failure aborts the process that uses it: run in a watched child.
+        return rpc_supervisor.run_supervised(args._argv, placement.rpc_servers)
     path, prompt = _resolve_model_and_prompt(args)
     reasoning = ReasoningOptions(
         enable_thinking=not args.no_thinking,
@@ -349,7 +381,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     cids = list(range(1, args.parallel + 1))
     events: queue.SimpleQueue[Any] = queue.SimpleQueue()
     # Every token's text as it comes (as the engine loop did), not coalesced for a window.
-    session = Session(stream_interval_s=0.0, name="llamadesk-run")
+    loader = OffloadLoader(placement)
+    session = Session(stream_interval_s=0.0, name="llamadesk-run", loader=loader)
     try:
         session.subscribe_session(events.put)
         for cid in cids:
@@ -454,9 +487,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             }
             for c in completions
         ]
+        where = loader.placement
         print(
             json.dumps(
-                {"model": str(path), "results": results, "timings": timings}, ensure_ascii=False
+                {
+                    "model": str(path),
+                    "results": results,
+                    "timings": timings,
+                    "devices": where.to_dicts() if where is not None else [],
+                    "plan": where.plan.describe() if where is not None else "",
+                },
+                ensure_ascii=False,
             )
         )
     elif args.parallel > 1:

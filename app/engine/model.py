@@ -19,6 +19,7 @@ import llama_cpp
 from app.engine import llama_log
 from app.engine.errors import EngineError, ModelLoadError
 from app.engine.metadata import ModelInfo, check_gguf_file, fingerprint, read_model_info
+from app.engine.offload import place
 from app.engine.settings import ModelSettings
 
 log = logging.getLogger(__name__)
@@ -66,8 +67,11 @@ class Model:
         self.path = p
         self.settings = settings
         self._cancelled = False
+        # Where the layers go (devices probed, the plan made); it owns the arrays that
+        # params point into, so it lives as long as the model.
+        self.placement = place(self.info, settings)
         params = llama_cpp.llama_model_default_params()
-        params.n_gpu_layers = settings.n_gpu_layers
+        self.placement.apply(params)
         if settings.use_mmap:
             params.load_mode = (
                 llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK

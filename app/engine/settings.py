@@ -17,6 +17,7 @@ from app.engine.errors import ContextError
 from app.settings_schema import (
     ATTENTION,
     CONTEXT_FIELDS,
+    DEVICE_FIELDS,
     FLASH_ATTN,
     KV_TYPES,
     MAX_SEQUENCES,
@@ -82,18 +83,27 @@ def _s(name: str) -> Any:
 
 @dataclass
 class ModelSettings:
-    """How the weights are loaded (changing these reloads the model)."""
+    """How the weights are loaded and where their layers go (changing these reloads the
+    model); the device fields are :data:`app.settings_schema.DEVICE_FIELDS`."""
 
-    n_gpu_layers: int = 0
+    gpu_layers: str = spec_field(DEVICE_FIELDS["gpu_layers"])
+    split_mode: str = spec_field(DEVICE_FIELDS["split_mode"])
+    main_device: int = spec_field(DEVICE_FIELDS["main_device"])
+    tensor_split: str = spec_field(DEVICE_FIELDS["tensor_split"])
+    devices: str = spec_field(DEVICE_FIELDS["devices"])
+    rpc_servers: str = spec_field(DEVICE_FIELDS["rpc_servers"])
     use_mmap: bool = True
     use_mlock: bool = False
 
     def validate(self) -> None:
-        if not -1 <= self.n_gpu_layers <= 1024:
-            raise SettingsError(
-                "n_gpu_layers",
-                f"GPU layers must be between -1 (all) and 1024, not {self.n_gpu_layers}.",
-            )
+        from app.settings_schema.device_fields import parse_gpu_layers, parse_tensor_split
+
+        validate_fields(self)
+        for name, parse in (("gpu_layers", parse_gpu_layers), ("tensor_split", parse_tensor_split)):
+            try:
+                parse(getattr(self, name))
+            except ValueError as exc:
+                raise SettingsError(name, str(exc)) from None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

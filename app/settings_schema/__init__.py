@@ -23,6 +23,7 @@ neither may import the other (nor Qt). Its rooms:
 - :mod:`.context_fields`: the context fields and the settings panel's groups of them;
 - :mod:`.sampling_fields`: the sampling fields and their API-server parameters;
 - :mod:`.conversation_fields`: settings of one conversation (not engine parameters);
+- :mod:`.device_fields`: where a model's layers go (GPU layers, split, devices, RPC);
 - :mod:`.machine_defaults`: thread counts from this machine's cores;
 - :mod:`.units`: the app's one byte formatter and the number format of messages.
 """
@@ -34,6 +35,7 @@ from app.settings_schema.context_fields import (
     CONTEXT_GROUPS,
 )
 from app.settings_schema.conversation_fields import CONVERSATION_FIELDS
+from app.settings_schema.device_fields import DEVICE_FIELDS
 from app.settings_schema.field_spec import (
     MISSING,
     SPEC_KEY,
@@ -65,6 +67,7 @@ __all__ = [
     "CONTEXT_FIELDS",
     "CONTEXT_GROUPS",
     "CONVERSATION_FIELDS",
+    "DEVICE_FIELDS",
     "FLASH_ATTN",
     "FROM_MODEL",
     "KV_TYPES",
