@@ -98,8 +98,10 @@ BACKEND_BUILDS: tuple[BackendBuild, ...] = (
 
 
 def install_command(flags: str) -> str:
-    """The one-line reinstall that gives a build these ``CMAKE_ARGS`` (pip's wheel cache
-    ignores CMAKE_ARGS, hence --no-cache-dir and --no-binary)."""
+    """The one-line reinstall that gives a build these ``CMAKE_ARGS``, keeping the RPC
+    backend (pip's wheel cache ignores CMAKE_ARGS, hence --no-cache-dir and --no-binary)."""
+    if "-DGGML_RPC=on" not in flags:
+        flags = f"-DGGML_RPC=on {flags}".strip()
     return (
         f'CMAKE_ARGS="{flags}" pip install --force-reinstall --no-deps --no-cache-dir '
         "--no-binary llama-cpp-python llama-cpp-python==0.3.36"

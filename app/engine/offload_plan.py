@@ -132,11 +132,14 @@ class OffloadPlan:
             if self.layers_on(d.name)
         ]
         cpu = self.layers_on(CPU)
+        output = next((d.label for d in self.devices if d.name == self.assignment[-1]), "")
         if not parts:
             text = f"All {self.n_layer} layers on the CPU"
+            if output:
+                text += f", the output layer on {output}"
         else:
             text = ", ".join(parts) + (f", {cpu} on the CPU" if cpu else "")
-            if self.assignment[-1] == CPU:
+            if not output:
                 text += " (the output layer on the CPU)"
         return f"{text}. {self.reason}".strip() if self.reason else text
 
