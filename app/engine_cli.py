@@ -116,6 +116,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("model", help="path to a .gguf file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--fit",
+        action="store_true",
+        help="also say where the layers would go on this machine's devices (and --rpc workers)",
+    )
+    add_schema_args(p.add_argument_group("devices (with --fit)"), RUN_DEVICES)
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser(
@@ -250,6 +256,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     info = read_model_info(args.model)
     data = info.to_dict()
+    fit = None
+    if args.fit:
+        from app.engine.offload import place
+
+        fit = place(info, model_settings(args))
+        data["fit"] = {**fit.plan.to_dict(), "devices": fit.to_dicts()}
     if args.json:
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return 0
@@ -269,6 +281,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         ("Encoder", "yes" if info.has_encoder else "no"),
         ("Chat template", "yes" if info.chat_template else "no (ChatML fallback)"),
     ]
+    if fit is not None:
+        rows.append(("Fit", fit.plan.describe()))
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")

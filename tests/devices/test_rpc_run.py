@@ -195,3 +195,13 @@ def test_a_worker_gone_mid_reply_ends_the_run_with_a_sentence(
     else:
         assert "stopped answering" in err
     assert len(first + out) >= 20  # the partial reply stayed on stdout
+
+
+def test_inspect_fit_says_the_plan(models: dict[str, Path], worker: Worker) -> None:
+    done = _cli("inspect", str(models["llama"]), "--fit", "--rpc", worker.endpoint, "--json")
+    assert done.returncode == 0, done.stderr
+    fit = json.loads(done.stdout)["fit"]
+    assert fit["auto"] and fit["n_gpu_layers"] == 3  # a loopback worker has room for it all
+    remote = next(d for d in fit["devices"] if d["type"] == "remote")
+    assert remote["layers"] == [0, 1] and remote["endpoint"] == worker.endpoint
+    assert fit["plan"] == f"2 of 2 layers on {remote['name']} ({worker.endpoint})"
