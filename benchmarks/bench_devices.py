@@ -55,6 +55,9 @@ def main() -> int:
     parser.add_argument("--gpu-layers", default="all")
     parser.add_argument("--n-gen", type=int, default=64)
     parser.add_argument("--runs", type=int, default=3)
+    # The worker computes with one thread (tests.devices.conftest.start_worker): the CPU
+    # side uses as many, or the comparison measures thread counts, not the RPC hops.
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     reason = rpc_backend_missing()
     if reason:
@@ -69,9 +72,14 @@ def main() -> int:
     try:
         cpu, rpc = [], []
         for _ in range(args.runs):
-            cpu.append(_run(model, args.n_gen, ["--gpu-layers", "none"]))
+            threads = ["-t", str(args.threads)]
+            cpu.append(_run(model, args.n_gen, [*threads, "--gpu-layers", "none"]))
             rpc.append(
-                _run(model, args.n_gen, ["--rpc", worker.endpoint, "--gpu-layers", args.gpu_layers])
+                _run(
+                    model,
+                    args.n_gen,
+                    [*threads, "--rpc", worker.endpoint, "--gpu-layers", args.gpu_layers],
+                )
             )
     finally:
         worker.stop()
