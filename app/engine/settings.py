@@ -99,11 +99,17 @@ class ModelSettings:
         from app.settings_schema.device_fields import parse_gpu_layers, parse_tensor_split
 
         validate_fields(self)
+        from app.engine.rpc_probe import RpcProbeError, parse_endpoints
+
         for name, parse in (("gpu_layers", parse_gpu_layers), ("tensor_split", parse_tensor_split)):
             try:
                 parse(getattr(self, name))
             except ValueError as exc:
                 raise SettingsError(name, str(exc)) from None
+        try:
+            parse_endpoints(self.rpc_servers)
+        except RpcProbeError as exc:
+            raise SettingsError("rpc_servers", str(exc)) from None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
