@@ -112,6 +112,7 @@ def cmd_rpc_worker(args: argparse.Namespace) -> int:
     from app import paths
     from app.engine.rpc_probe import parse_endpoint
     from app.engine.rpc_worker import check_bind, serve
+    from app.fsutil import make_private_dir
 
     endpoint = parse_endpoint(f"{args.host}:{args.port}")
     check_bind(endpoint, args.trusted_network)
@@ -119,7 +120,8 @@ def cmd_rpc_worker(args: argparse.Namespace) -> int:
         from app.errors import LlamaDeskError
 
         raise LlamaDeskError(f"--threads must be at least 1, not {args.threads}.")
-    cache: Path | None = paths.data_dir() / "rpc-cache" if args.cache else None
+    # Received weights are the user's models: owner-only, as the rest of the data folder.
+    cache: Path | None = make_private_dir(paths.data_dir() / "rpc-cache") if args.cache else None
     sys.stdout.flush()
     serve(endpoint, cache, args.threads)
     return 1
