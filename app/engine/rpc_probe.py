@@ -106,16 +106,20 @@ def parse_endpoints(text: str) -> tuple[Endpoint, ...]:
     return endpoints
 
 
+def _closed(endpoint: Endpoint) -> RpcProbeError:
+    return RpcProbeError(
+        f"{endpoint} closed the connection during the RPC handshake: it is not a "
+        "llama.cpp RPC server, or one of another protocol version."
+    )
+
+
 def _recv_exact(sock: socket.socket, n: int, endpoint: Endpoint) -> bytes:
     chunks: list[bytes] = []
     remaining = n
     while remaining:
         chunk = sock.recv(remaining)
         if not chunk:
-            raise RpcProbeError(
-                f"{endpoint} closed the connection during the RPC handshake: it is not a "
-                "llama.cpp RPC server, or one of another protocol version."
-            )
+            raise _closed(endpoint)
         chunks.append(chunk)
         remaining -= len(chunk)
     return b"".join(chunks)
@@ -184,6 +188,8 @@ def probe(text_or_endpoint: str | Endpoint, timeout_s: float = DEFAULT_TIMEOUT_S
             f"{timeout_s:g} s: it is busy serving another client (an RPC worker serves one "
             "at a time), hung, or not a llama.cpp RPC server."
         ) from None
+    except (ConnectionResetError, BrokenPipeError):
+        raise _closed(endpoint) from None  # closed before our request was read: the same
     except OSError as exc:
         raise RpcProbeError(
             f"The connection to {endpoint} failed during the RPC handshake: {exc.strerror or exc}."
