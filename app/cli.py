@@ -25,9 +25,10 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="store_true", help="show llama.cpp's log on stderr"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from app import engine_cli, hub_cli, mcp_cli, server_cli
+    from app import devices_cli, engine_cli, hub_cli, mcp_cli, server_cli
 
     engine_cli.register(sub)
+    devices_cli.register(sub)
     mcp_cli.register(sub)
     hub_cli.register(sub)
     server_cli.register(sub)
@@ -75,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             setattr(args, key, value)
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args._argv = argv_list  # `run --rpc` runs this command line again in a watched child
     _configure_logging(args.verbose)
     func = getattr(args, "func", None)
     if func is None:

@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from app import remote_cli
 from app.errors import LlamaDeskError
-from app.settings_schema import CONTEXT_FIELDS, MISSING, MODEL_FIELDS, SAMPLING_FIELDS, FieldSpec
+from app.settings_schema import (
+    CONTEXT_FIELDS,
+    DEVICE_FIELDS,
+    MISSING,
+    MODEL_FIELDS,
+    SAMPLING_FIELDS,
+    FieldSpec,
+)
 
 if TYPE_CHECKING:
     from app.engine import ContextSettings, ModelSettings, SamplingParams
@@ -33,6 +40,7 @@ RUN_SAMPLING = tuple(s for s in SAMPLING_FIELDS.values() if s.cli is not None)
 RUN_CONTEXT = tuple(CONTEXT_FIELDS[name] for name in ("n_ctx", "n_batch", "n_threads"))
 BENCH_CONTEXT = (CONTEXT_FIELDS["n_threads"],)
 RUN_MODEL = (MODEL_FIELDS["chat_template"],)  # run and serve: --chat-template NAME|FILE
+RUN_DEVICES = tuple(s for s in DEVICE_FIELDS.values() if s.cli is not None)
 
 
 def cli_dest(spec: FieldSpec) -> str:
@@ -98,6 +106,7 @@ def _checked(settings: Any, *validate_args: Any) -> None:
             CONTEXT_FIELDS.get(exc.field)
             or SAMPLING_FIELDS.get(exc.field)
             or MODEL_FIELDS.get(exc.field)
+            or DEVICE_FIELDS.get(exc.field)
         )
         prefix = f"{cli_flag(spec)}: " if spec is not None and spec.cli is not None else ""
         raise SettingsError(exc.field, f"{prefix}{exc}", exc.fields) from None
@@ -111,6 +120,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("model", help="path to a .gguf file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--fit",
+        action="store_true",
+        help="also say where the layers would go on this machine's devices (and --rpc workers)",
+    )
+    add_schema_args(p.add_argument_group("devices (with --fit)"), RUN_DEVICES)
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser(
@@ -130,6 +145,7 @@ def register(sub: Any) -> None:
     add_schema_args(p.add_argument_group("sampling (each reply)"), RUN_SAMPLING)
     add_schema_args(p.add_argument_group("context"), RUN_CONTEXT)
     add_schema_args(p.add_argument_group("model"), RUN_MODEL)
+    add_schema_args(p.add_argument_group("devices (see `llamadesk devices`)"), RUN_DEVICES)
     p.add_argument(
         "--parallel",
         type=int,
@@ -250,6 +266,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     info = read_model_info(args.model)
     data = info.to_dict()
+    fit = None
+    if args.fit:
+        from app.engine.offload import place
+
+        fit = place(info, model_settings(args))
+        data["fit"] = {**fit.plan.to_dict(), "devices": fit.to_dicts()}
     if args.json:
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return 0
@@ -269,6 +291,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         ("Encoder", "yes" if info.has_encoder else "no"),
         ("Chat template", "yes" if info.chat_template else "no (ChatML fallback)"),
     ]
+    if fit is not None:
+        rows.append(("Fit", fit.plan.describe()))
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
@@ -293,10 +317,12 @@ def context_settings(args: argparse.Namespace, n_seq: int) -> ContextSettings:
 
 
 def model_settings(args: argparse.Namespace) -> ModelSettings:
-    """``run``'s and ``serve``'s per-model choices (the chat template), validated."""
+    """``run``'s and ``serve``'s per-model choices from their flags (the chat template, and
+    for ``run`` the device placement), validated (errors name the flag)."""
     from app.engine import ModelSettings
 
-    settings = ModelSettings(**schema_values(args, RUN_MODEL))
+    given = [spec for spec in (*RUN_MODEL, *RUN_DEVICES) if hasattr(args, cli_dest(spec))]
+    settings = ModelSettings(**schema_values(args, tuple(given)))
     _checked(settings)
     return settings
 
@@ -357,25 +383,36 @@ def _session_events(
     session: Session, events: queue.SimpleQueue[Any]
 ) -> Iterator[ConversationEvent | SessionEvent]:
     """The events the session sends ``events``, as they come (an error if it died)."""
+    from app.rpc_supervisor import beat
+
     while True:
         try:
-            yield events.get(timeout=0.1)
+            event = events.get(timeout=0.1)
         except queue.Empty:
             if not session.is_running:
                 raise LlamaDeskError("Internal error: the engine thread stopped.") from None
+            continue
+        beat()  # progress, for the watchdog of a run on remote devices (app.rpc_supervisor)
+        yield event
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """A client of the :class:`~app.session.Session` (as the window and the API server
     are): one without a state store or database, so nothing is persisted. Conversations
     1..N are the ``--parallel`` sequences; their turns start together in one batch."""
+    from app import rpc_supervisor
     from app.engine.chat_template import ChatTemplate, ReasoningEffort, ReasoningOptions
     from app.engine.reasoning import Channel
+    from app.offload_loader import OffloadLoader
     from app.session import ChatMessage, RestoreOutcome, Session, TurnId, TurnResult
     from app.session import events as ev
 
     if args.remote is not None or args.conversation is not None:
         return remote_cli.cmd_run_remote(args, sampling_params(args, _read_grammar(args.grammar)))
+    placement = model_settings(args)
+    if placement.rpc_servers.strip() and not rpc_supervisor.in_child():
+        # A remote device's failure aborts the process that uses it: run in a watched child.
+        return rpc_supervisor.run_supervised(args._argv, placement.rpc_servers)
     path, prompt = _resolve_model_and_prompt(args)
     reasoning = ReasoningOptions(
         # No choice: the model's default (llama-server's rule, app/engine/chat_template).
@@ -386,7 +423,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise LlamaDeskError(f"--parallel must be at least 1, not {args.parallel}.")
     params = sampling_params(args, _read_grammar(args.grammar))
     settings = context_settings(args, args.parallel)
-    per_model = model_settings(args)
+    per_model = placement  # the chat template and the devices
     if args.resume_session and not Path(args.resume_session).is_file():
         raise LlamaDeskError(
             f"The session file {args.resume_session} does not exist or is not a file."
@@ -395,7 +432,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     cids = list(range(1, args.parallel + 1))
     events: queue.SimpleQueue[Any] = queue.SimpleQueue()
     # Every token's text as it comes (as the engine loop did), not coalesced for a window.
-    session = Session(stream_interval_s=0.0, name="llamadesk-run")
+    loader = OffloadLoader()
+    session = Session(stream_interval_s=0.0, name="llamadesk-run", loader=loader)
     try:
         session.subscribe_session(events.put)
         for cid in cids:
@@ -510,6 +548,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if choice is not None and choice.template
             else ChatTemplate.for_model(info.chat_template, info.bos_token, info.eos_token)
         )
+        where = loader.placement
         print(
             json.dumps(
                 {
@@ -522,6 +561,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "chat_template_reason": choice.reason if choice else None,
                     "results": results,
                     "timings": timings,
+                    "devices": where.to_dicts() if where is not None else [],
+                    "plan": where.plan.describe() if where is not None else "",
                 },
                 ensure_ascii=False,
             )

@@ -19,6 +19,7 @@ from app.engine.backend import ensure_backend
 from app.engine.cpu_quirks import apply_cpu_quirks
 from app.engine.errors import EngineError, ModelLoadError
 from app.engine.metadata import ModelInfo, check_gguf_file, fingerprint, read_model_header
+from app.engine.offload import place
 from app.engine.settings import ModelSettings
 from app.engine.tokenizer import VocabLease
 
@@ -54,16 +55,22 @@ class Model:
             raise ModelLoadError(
                 f"{p.name} holds only a vocabulary, no weights (a vocab-only file). Choose the full model file."
             )
+        # Where the layers go (devices probed, the plan made); it owns the arrays that
+        # params point into, so it lives as long as the model.
+        self.placement = place(self.info, settings)
         # llama.cpp aborts the process on some damage no header check foresees: the first
         # load of a header this app has not loaded before is tried in a child process.
         load_check.ensure_loadable(
-            p, header, architecture=self.info.architecture, n_gpu_layers=settings.n_gpu_layers
+            p,
+            header,
+            architecture=self.info.architecture,
+            n_gpu_layers=self.placement.plan.n_gpu_layers,
         )
         self.path = p
         self.settings = settings
         self._cancelled = False
         params = llama_cpp.llama_model_default_params()
-        params.n_gpu_layers = settings.n_gpu_layers
+        self.placement.apply(params)
         if settings.use_mmap:
             params.load_mode = (
                 llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK

@@ -18,6 +18,7 @@ from app.engine.grammar_bounds import GrammarBoundsError, GrammarSyntaxError, ch
 from app.settings_schema import (
     ATTENTION,
     CONTEXT_FIELDS,
+    DEVICE_FIELDS,
     FLASH_ATTN,
     KV_TYPES,
     MAX_SEQUENCES,
@@ -84,9 +85,15 @@ def _s(name: str) -> Any:
 
 @dataclass
 class ModelSettings:
-    """How the weights are loaded (changing these reloads the model)."""
+    """How the weights are loaded and where their layers go (changing these reloads the
+    model); the device fields are :data:`app.settings_schema.DEVICE_FIELDS`."""
 
-    n_gpu_layers: int = 0
+    gpu_layers: str = spec_field(DEVICE_FIELDS["gpu_layers"])
+    split_mode: str = spec_field(DEVICE_FIELDS["split_mode"])
+    main_device: int = spec_field(DEVICE_FIELDS["main_device"])
+    tensor_split: str = spec_field(DEVICE_FIELDS["tensor_split"])
+    devices: str = spec_field(DEVICE_FIELDS["devices"])
+    rpc_servers: str = spec_field(DEVICE_FIELDS["rpc_servers"])
     use_mmap: bool = True
     use_mlock: bool = False
     # A bundled template's name or a Jinja file ("": automatic); applies without a reload
@@ -94,17 +101,24 @@ class ModelSettings:
     chat_template: str = spec_field(MODEL_FIELDS["chat_template"])
 
     def validate(self) -> None:
-        if not -1 <= self.n_gpu_layers <= 1024:
-            raise SettingsError(
-                "n_gpu_layers",
-                f"GPU layers must be between -1 (all) and 1024, not {self.n_gpu_layers}.",
-            )
+        from app.settings_schema.device_fields import parse_gpu_layers, parse_tensor_split
+
         validate_fields(self)
         from app.engine.chat_template import user_template_problem
+        from app.engine.rpc_probe import RpcProbeError, parse_endpoints
 
         problem = user_template_problem(self.chat_template or "")
         if problem is not None:
             raise SettingsError("chat_template", problem)
+        for name, parse in (("gpu_layers", parse_gpu_layers), ("tensor_split", parse_tensor_split)):
+            try:
+                parse(getattr(self, name))
+            except ValueError as exc:
+                raise SettingsError(name, str(exc)) from None
+        try:
+            parse_endpoints(self.rpc_servers)
+        except RpcProbeError as exc:
+            raise SettingsError("rpc_servers", str(exc)) from None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -25,6 +25,7 @@ neither may import the other (nor Qt). Its rooms:
 - :mod:`.conversation_fields`: settings of one conversation (not engine parameters);
 - :mod:`.model_fields`: settings of one model that are not context fields (its chat
   template);
+- :mod:`.device_fields`: where a model's layers go (GPU layers, split, devices, RPC);
 - :mod:`.machine_defaults`: thread counts from this machine's cores;
 - :mod:`.units`: the app's one byte formatter and the number format of messages.
 """
@@ -36,6 +37,7 @@ from app.settings_schema.context_fields import (
     CONTEXT_GROUPS,
 )
 from app.settings_schema.conversation_fields import CONVERSATION_FIELDS
+from app.settings_schema.device_fields import DEVICE_FIELDS
 from app.settings_schema.field_spec import (
     MISSING,
     SPEC_KEY,
@@ -68,6 +70,7 @@ __all__ = [
     "CONTEXT_FIELDS",
     "CONTEXT_GROUPS",
     "CONVERSATION_FIELDS",
+    "DEVICE_FIELDS",
     "FLASH_ATTN",
     "FROM_MODEL",
     "KV_TYPES",

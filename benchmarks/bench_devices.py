@@ -1,0 +1,105 @@
+"""CPU only against CPU + an RPC device on loopback: the same model, the same greedy reply.
+
+Starts ``llamadesk rpc-worker`` on 127.0.0.1 (a free port) and runs ``llamadesk run --json``
+with every layer on the CPU and with ``--gpu-layers N`` on the worker, alternating, and
+prints JSON: prompt and generation speed of each and their ratios (the loopback worker
+computes on this machine's CPU, so the ratio is the cost of the RPC round trips). Needs a
+llama-cpp-python with the RPC backend (the README's install command). Load from other
+programs changes both figures: ``/proc/loadavg`` is printed with them.
+
+    .venv/bin/python benchmarks/bench_devices.py [--model M.gguf] [--gpu-layers all] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.devices.conftest import cli_env, rpc_backend_missing, start_worker  # noqa: E402
+
+
+def _run(model: Path, n_gen: int, extra: list[str]) -> dict[str, Any]:
+    prompt = " ".join(["the quick brown fox jumps over the lazy dog"] * 12)
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "app", "run", str(model), prompt, "--raw", "--json"),
+            *("-n", str(n_gen), "--temp", "0", "-c", "2048", *extra),
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        cwd=ROOT,
+        check=True,
+    )
+    data = json.loads(done.stdout)
+    t = data["timings"]
+    return {
+        "prompt_tps": t["prompt_tokens"] / max(1e-9, t["prompt_ms"] / 1000),
+        "gen_tps": t["gen_tokens_per_s"],
+        "tokens": data["results"][0]["tokens"],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", type=Path, default=None)
+    parser.add_argument("--gpu-layers", default="all")
+    parser.add_argument("--n-gen", type=int, default=64)
+    parser.add_argument("--runs", type=int, default=3)
+    # The worker computes with one thread (tests.devices.conftest.start_worker): the CPU
+    # side uses as many, or the comparison measures thread counts, not the RPC hops.
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    reason = rpc_backend_missing()
+    if reason:
+        print(json.dumps({"error": reason}))
+        return 1
+    model = args.model
+    if model is None:
+        from tests.support.arch_models import write_arch_model
+
+        model = write_arch_model(Path(tempfile.mkdtemp()) / "llama.gguf", "llama")
+    worker = start_worker()
+    try:
+        cpu, rpc = [], []
+        for _ in range(args.runs):
+            threads = ["-t", str(args.threads)]
+            cpu.append(_run(model, args.n_gen, [*threads, "--gpu-layers", "none"]))
+            rpc.append(
+                _run(
+                    model,
+                    args.n_gen,
+                    [*threads, "--rpc", worker.endpoint, "--gpu-layers", args.gpu_layers],
+                )
+            )
+    finally:
+        worker.stop()
+
+    def median(rows: list[dict[str, Any]], key: str) -> float:
+        return round(statistics.median(r[key] for r in rows), 2)
+
+    result: dict[str, Any] = {
+        "model": str(model),
+        "gpu_layers": args.gpu_layers,
+        "cpu": {"prompt_tps": median(cpu, "prompt_tps"), "gen_tps": median(cpu, "gen_tps")},
+        "cpu_rpc": {"prompt_tps": median(rpc, "prompt_tps"), "gen_tps": median(rpc, "gen_tps")},
+        "same_tokens": all(c["tokens"] == r["tokens"] for c, r in zip(cpu, rpc, strict=True)),
+        "loadavg": Path("/proc/loadavg").read_text().split()[:3],
+    }
+    result["prompt_ratio"] = round(result["cpu_rpc"]["prompt_tps"] / result["cpu"]["prompt_tps"], 3)
+    result["gen_ratio"] = round(result["cpu_rpc"]["gen_tps"] / result["cpu"]["gen_tps"], 3)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

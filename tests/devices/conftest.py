@@ -1,0 +1,109 @@
+"""Real ``llamadesk rpc-worker`` processes on 127.0.0.1 for the device tests.
+
+They need a llama-cpp-python built with the RPC backend (the README's install command
+gives one); with another build the tests that use a worker are skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from app.engine.rpc_probe import RpcProbeError, probe
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def rpc_backend_missing() -> str | None:
+    """Why the worker tests cannot run here, or None."""
+    from app.engine.devices import backends
+
+    if "rpc" in backends():
+        return None
+    return (
+        "this llama-cpp-python has no RPC backend (install it with the README's command, "
+        'which builds it with CMAKE_ARGS="-DGGML_RPC=on")'
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Worker:
+    process: subprocess.Popen[bytes]
+    endpoint: str
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGCONT)
+            self.process.kill()
+        self.process.wait(10)
+
+
+def cli_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def start_worker() -> Worker:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "rpc-worker", "--port", str(port), "--threads", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=cli_env(),
+        cwd=ROOT,
+    )
+    endpoint = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            probe(endpoint, timeout_s=5)
+            return Worker(process, endpoint)
+        except RpcProbeError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError(f"the RPC worker on {endpoint} did not start") from None
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def need_rpc() -> None:
+    reason = rpc_backend_missing()
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def worker(need_rpc: None) -> Iterator[Worker]:
+    w = start_worker()
+    yield w
+    w.stop()
+
+
+@pytest.fixture
+def make_worker(need_rpc: None) -> Iterator[Callable[[], Worker]]:
+    """Workers of one test (to kill or stop)."""
+    started: list[Worker] = []
+
+    def make() -> Worker:
+        started.append(start_worker())
+        return started[-1]
+
+    yield make
+    for w in started:
+        w.stop()
