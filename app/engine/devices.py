@@ -122,7 +122,7 @@ class _Fns:
     def __init__(self) -> None:
         from llama_cpp import llama_cpp as bindings
 
-        from app.engine.model import ensure_backend
+        from app.engine.backend import ensure_backend
 
         ensure_backend()
         lib = bindings._lib
