@@ -79,7 +79,13 @@ def main() -> int:
     p.add_argument("--model", type=Path, help="a .gguf file (default: the benchmark model)")
     p.add_argument("--tokens", type=int, default=1600, help="about how long the saved chat is")
     p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("-n", type=int, default=2, help="tokens generated after the prompt")
+    p.add_argument("-n", type=int, default=1, help="tokens generated after the prompt")
+    p.add_argument(
+        "--prompt",
+        default=" and",
+        help="the new text after the restored chat (short by default: this measures the start, "
+        "not the prompt's decode, which both programs do alike)",
+    )
     p.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     args = p.parse_args()
     if args.model is None:
@@ -112,7 +118,7 @@ def main() -> int:
             capture_output=True,
             text=True,
         ).stdout.strip()
-        prompt = " and then the tide came in"
+        prompt = args.prompt
         resume_ours = [py, "-m", "app", "run", model, "--raw", "--temp", "0", "-n", str(args.n)]
         resume_ours += [*common, "--resume-session", str(ours), prompt]
         resume_bare = [*bare_cmd, "load", model, str(bare), prompt, *bare_opts]

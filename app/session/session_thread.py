@@ -8,8 +8,8 @@ thread pool, an executor): what touches the engine or the conversations runs her
 Which thread runs a function is said in its code: functions of the session's rooms that
 must run here are decorated :func:`on_session_thread` (checked while assertions are on), and
 the public ``Session`` methods, which may be called from any thread, only queue commands or
-take a lock. :class:`~app.session.jobs.JobThread` is the same style for work that is not
-the engine's (a folder scan), on a thread of its own.
+take a lock. (Work that is not the engine's runs in its client's own primitive: Qt's
+thread pool in the window, ``app/ui/background.py``; the hub's worker, ``app/hub/background.py``.)
 """
 
 from __future__ import annotations
