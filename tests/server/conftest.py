@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -18,6 +15,7 @@ import pytest
 from app.engine import ContextSettings
 from app.server import ServerConfig, ServerRunner
 from tests.support.gguf_models import TinySpec, write_tiny_model
+from tests.support.serve_process import ServeProcess
 
 N_CTX = 8192
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,33 +94,6 @@ def client(server: ServerRunner) -> openai.OpenAI:
 def http(server: ServerRunner) -> Iterator[httpx2.Client]:
     with httpx2.Client(base_url=server.url, timeout=60) as c:
         yield c
-
-
-class ServeProcess:
-    """``llamadesk serve`` in a subprocess on a free port."""
-
-    def __init__(self, args: list[str], home: Path) -> None:
-        env = dict(os.environ, LLAMADESK_HOME=str(home), PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app", "serve", "--port", "0", *args],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if "/v1" not in line:
-            self.proc.kill()
-            _, err = self.proc.communicate(timeout=10)
-            raise AssertionError(f"serve did not start: {line!r} {err}")
-        self.url = line.strip().rsplit(" at ", 1)[1].removesuffix("/v1")
-
-    def stop(self, timeout: float = 30.0) -> tuple[int, str]:
-        self.proc.terminate()
-        _, err = self.proc.communicate(timeout=timeout)
-        return self.proc.returncode, err
 
 
 @pytest.fixture
