@@ -18,6 +18,7 @@ import logging
 import time
 
 from app.engine.batching import BatchingChoice, BatchMode
+from app.engine.context_policy import ContextFullPolicy
 from app.engine.context_shift import ContextShift
 from app.engine.events import Completion, Event, Finished, PromptProgress, SequenceFailed
 from app.engine.handles import Handles
@@ -370,7 +371,7 @@ class Scheduler:
         if prompt_tokens > 1:
             return prompt_tokens // 2
         largest = max((s for s, _, _ in spans), key=lambda s: len(s.tokens))
-        if self._h.table.policy(largest) == "shift" and self._shifter.shift(
+        if self._h.table.policy(largest) is ContextFullPolicy.SHIFT and self._shifter.shift(
             largest, max(1, len(largest.tokens) // 2), events
         ):
             return prompt_cap
@@ -383,7 +384,7 @@ class Scheduler:
         if len(seq.tokens) + n_new <= limit:
             return True
         generating = seq.phase is Phase.GENERATING
-        if generating and self._h.table.policy(seq) == "shift":
+        if generating and self._h.table.policy(seq) is ContextFullPolicy.SHIFT:
             if self._shifter.shift(seq, len(seq.tokens) + n_new - limit, events):
                 return True
         self.finish(
