@@ -40,6 +40,7 @@ import httpx2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.engine.cpu_quirks import llama_server_flags
 from benchmarks.make_model import CACHE_DIR, ensure_model
 
 VENDOR = Path(
@@ -375,6 +376,9 @@ def main() -> int:
                             "512",
                             "--no-webui",
                             "--kv-unified",
+                            # On a CPU whose AMX kernels crash, the app keeps weights off
+                            # AMX (app/engine/cpu_quirks.py); the peer must too, or it dies.
+                            *llama_server_flags(),
                         ],
                         port,
                         env,
