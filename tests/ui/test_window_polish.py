@@ -400,7 +400,12 @@ def test_old_messages_out_of_the_context_are_marked(qtbot: Any, make_window: Any
     assert divider.isVisible() and "no longer seen by the model" in divider.text()
     # the divider stands right above the first message the model still sees
     widget = tab.view.widget_for(start)
-    assert widget is not None and divider.geometry().bottom() <= widget.geometry().top()
+    assert widget is not None
+    # Qt lays the column out on its next LayoutRequest event, not when the widget is added
+    qtbot.waitUntil(
+        lambda: widget.isVisible() and divider.geometry().bottom() <= widget.geometry().top(),
+        timeout=5000,
+    )
     assert n_dropped_messages(tab) == tab.info.n_dropped
 
 
