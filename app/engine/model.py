@@ -14,7 +14,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from app.engine import llama_log, load_check
+from app.engine import llama_log, load_check, special_split
 from app.engine.backend import ensure_backend
 from app.engine.cpu_quirks import apply_cpu_quirks
 from app.engine.errors import EngineError, ModelLoadError
@@ -26,6 +26,11 @@ from app.engine.tokenizer import VocabLease
 log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[float], bool]
+
+# Vocabularies whose tokenize treats each fragment of the partition on its own.
+_SPLIT_VOCABS = frozenset(
+    (llama_cpp.LLAMA_VOCAB_TYPE_SPM, llama_cpp.LLAMA_VOCAB_TYPE_BPE, llama_cpp.LLAMA_VOCAB_TYPE_UGM)
+)
 
 
 class Model:
@@ -123,6 +128,8 @@ class Model:
         self._special_pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._fingerprint: str | None = None
+        self._vocab_type = int(llama_cpp.llama_vocab_type(self.vocab))
+        self._special: special_split.SpecialTokens | None = None
 
     # -- identity -------------------------------------------------------------------------
 
@@ -138,6 +145,49 @@ class Model:
         self, text: str, add_special: bool = True, parse_special: bool = True
     ) -> list[int]:
         data = text.encode("utf-8", errors="replace")  # a lone surrogate must not raise
+        if len(data) >= special_split.LONG_TEXT and self._vocab_type in _SPLIT_VOCABS:
+            # llama.cpp's special-token search is quadratic in the tokens it finds.
+            fragments = special_split.partition(data, self._special_tokens(), parse_special)
+            if fragments is not None and len(fragments) > 1:
+                return self._tokenize_fragments(fragments, add_special)
+        return self._tokenize_bytes(data, add_special, parse_special)
+
+    def _tokenize_fragments(
+        self, fragments: list[special_split.Fragment], add_special: bool
+    ) -> list[int]:
+        """What llama.cpp's tokenize does after its partition (SPM, BPE and UGM alike):
+        BOS, each plain fragment on its own, the special tokens as they are, EOS."""
+        out: list[int] = []
+        if add_special and self.add_bos:
+            out.append(self.bos)
+        for fragment in fragments:
+            if isinstance(fragment, int):
+                out.append(fragment)
+            else:
+                # parse_special off: the fragment holds no special token that takes part
+                out.extend(self._tokenize_bytes(fragment, False, False))
+        if add_special and llama_cpp.llama_vocab_get_add_eos(self.vocab):
+            out.append(self.eos)
+        return out
+
+    def _special_tokens(self) -> special_split.SpecialTokens:
+        if self._special is None:
+            vocab, get_attr, get_text = (
+                self.vocab,
+                llama_cpp.llama_vocab_get_attr,
+                llama_cpp.llama_vocab_get_text,
+            )
+            attrs = [int(get_attr(vocab, i)) for i in range(self.n_vocab)]
+            self._special = special_split.SpecialTokens.of(
+                [
+                    special_split.SpecialToken(i, get_text(vocab, i) or b"", attr)
+                    for i, attr in enumerate(attrs)
+                    if attr & special_split.SPECIAL_ATTRS
+                ]
+            )
+        return self._special
+
+    def _tokenize_bytes(self, data: bytes, add_special: bool, parse_special: bool) -> list[int]:
         capacity = len(data) + 8
         while True:
             buf = (llama_cpp.llama_token * capacity)()
