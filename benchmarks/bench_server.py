@@ -78,6 +78,8 @@ def build_llama_server(jobs: int = 2) -> Path:
         "-DLLAMA_USE_PREBUILT_UI=OFF",  # no download of the web UI
         "-DLLAMA_OPENSSL=OFF",
         "-DLLAMA_CURL=OFF",
+        # benchmarks/bench_devices.py runs this binary with --rpc against our workers
+        "-DGGML_RPC=ON",
     ]
     subprocess.run(configure, check=True, stdout=subprocess.DEVNULL)
     subprocess.run(
