@@ -92,9 +92,15 @@ class RemoteEngine:
         conn: RemoteConnection,
         traits: ServerTraits,
         new_client: Callable[[], httpx2.Client],
+        *,
+        name: str | None = None,
+        address: str | None = None,
     ) -> None:
-        """``new_client``: a client for one conversation's connection."""
+        """``new_client``: a client for one conversation's connection; ``name`` and
+        ``address``: see :class:`~app.remote.loader.RemoteLoader`."""
         self.conn = conn
+        self.machine = name or conn.label
+        self.address = address
         self.traits = traits
         self._new_client = new_client
         self._seqs: dict[int, _Seq] = {}
@@ -132,10 +138,10 @@ class RemoteEngine:
     @property
     def engine_name(self) -> str:
         """Which machine and server answer ("llama-server on gpu-box:8080")."""
-        return f"{self.traits.kind.value} on {self.conn.label}"
+        return f"{self.traits.kind.value} on {self.machine}"
 
     def describe(self) -> LoadedModel:
-        return loaded_model(self.traits, self.fingerprint, self.engine_name)
+        return loaded_model(self.traits, self.fingerprint, self.engine_name, self.address)
 
     def memory(self) -> EngineMemory:
         return EngineMemory(n_ctx=self.traits.n_ctx or 0)

@@ -186,12 +186,15 @@ def probe(client: httpx2.Client, conn: RemoteConnection) -> ServerTraits:
     return ServerTraits(kind=ServerKind.OPENAI, models=names, model=model)
 
 
-def loaded_model(traits: ServerTraits, fingerprint: str, engine: str) -> LoadedModel:
-    """What the session says is loaded: the remote model by name, the context the server
-    gives each conversation (0: it does not say), no file, no local memory."""
+def loaded_model(
+    traits: ServerTraits, fingerprint: str, engine: str, address: str | None = None
+) -> LoadedModel:
+    """What the session says is loaded: the remote model by name (its path: ``address``,
+    else the name), the context the server gives each conversation (0: it does not say),
+    no file, no local memory."""
     n_ctx = traits.n_ctx or 0
     info = ModelInfo(
-        path=traits.model,
+        path=address or traits.model,
         size_bytes=0,
         architecture="remote",
         name=traits.model,
