@@ -342,6 +342,10 @@ class RemoteEngine:
             seq.n_tokens = completion.n_prompt + (figures.n_generated or 0)
         else:
             completion.n_sampled = n_pieces
+        # no token ids come back: the reply's length is the server's count (usage's
+        # completion_tokens, timings.predicted_n), else the streamed pieces (one token each
+        # on llama-server and LlamaDesk)
+        completion.n_reply_tokens = completion.n_sampled
         measured_prompt_ms = ((first or now) - seq.sent_at) * 1000.0
         completion.prompt_ms = (
             figures.prompt_ms if figures and figures.prompt_ms is not None else measured_prompt_ms

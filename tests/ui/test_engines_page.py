@@ -64,7 +64,8 @@ def add(page: EnginesPage, name: str, url: str, key: str = "") -> None:
 
 
 def saved_json() -> dict[str, object]:
-    return json.loads(paths.settings_path().read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+    data: dict[str, object] = json.loads(paths.settings_path().read_text(encoding="utf-8"))
+    return data
 
 
 def test_a_llamadesk_server_is_added_tested_and_saved(
