@@ -8,9 +8,12 @@ engine's events. A failure is that conversation's alone: a ``SequenceFailed`` wi
 sentence, then ``Finished`` with the text streamed so far (``aborted``, so it is kept and
 marked stopped) or, when nothing came, ``error``.
 
-It can do no more than run turns (:attr:`capabilities` is ``NONE``): the server's cache
-cannot be forked, saved as bytes here or read as tokens, so the session re-sends the text.
-It never touches the database: the session's recorder writes what it reports.
+Beyond turns it can only keep caches on llama-server started with ``--slot-save-path``
+(:attr:`capabilities` is then ``STATE_FILES``): a conversation's slot is saved to a file
+on the server when it closes and restored into its slot when it opens again
+(:mod:`app.remote.slots`; the session stores the file's name). The server's cache cannot
+be forked or read as tokens, so the session re-sends the text for those. It never
+touches the database: the session's recorder writes what it reports.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from app.engine import (
     ContextSettings,
     Finished,
     PromptProgress,
+    RestoreOutcome,
     SamplingParams,
     SequenceFailed,
     TokenText,
@@ -43,6 +47,8 @@ from app.engine.reasoning import Channel, ReasoningFormat, detect_format
 from app.errors import LlamaDeskError
 from app.remote.connection import RemoteConnection
 from app.remote.probe import ServerTraits, loaded_model
+from app.remote.slots import SlotFile, restore_slot, save_slot
+from app.remote.slots import new_name as new_slot_name
 from app.remote.turn import Ended, Line, Progressed, RemoteTurn, Streamed, TurnEvent
 from app.remote.wire import chat_body, finish_reason
 from app.session.engine_port import (
@@ -80,12 +86,11 @@ class _Seq:
     reasoning_start: float = 0.0
     reasoning_end: float = 0.0
     sent_at: float = 0.0
+    slot_file: str = ""  # its cache's file on the server (slot files; "": none yet)
 
 
 class RemoteEngine:
     """See the module docstring."""
-
-    capabilities = Capability.NONE
 
     def __init__(
         self,
@@ -111,6 +116,7 @@ class RemoteEngine:
         self._stop_all = False
         self._lock = threading.Lock()
         self._closed = False
+        self._slot_owner: dict[int, int] = {}  # slot -> the conversation whose cache it holds
         self._reasoning = (
             detect_format(traits.chat_template)
             if traits.chat_template
@@ -121,6 +127,10 @@ class RemoteEngine:
         self.default_policy = ContextFullPolicy.SHIFT
 
     # ---------------------------------------------------------------- what it is
+
+    @property
+    def capabilities(self) -> Capability:
+        return Capability.STATE_FILES if self.traits.slot_files else Capability.NONE
 
     @property
     def ready(self) -> bool:
@@ -176,6 +186,8 @@ class RemoteEngine:
         seq = self._seqs.pop(key, None)
         if seq is None:
             return
+        if seq.slot is not None and self._slot_owner.get(seq.slot) == key:
+            del self._slot_owner[seq.slot]  # (its file, if saved, is the session's to restore)
         if seq.turn is not None:
             seq.line.close_after_turn()  # the worker may still be in the client
             seq.turn.cancel()  # the server frees the slot when the stream closes
@@ -189,7 +201,14 @@ class RemoteEngine:
         return ()
 
     def holds_anything(self, key: int) -> bool:
-        return False  # nothing here to save: the server holds the cache
+        """Whether its slot holds this conversation's cache (a slot file can save it)."""
+        seq = self._seq(key)
+        return (
+            self.traits.slot_files
+            and seq.slot is not None
+            and self._slot_owner.get(seq.slot) == key
+            and seq.n_tokens > 0
+        )
 
     def slot(self, key: int) -> int | None:
         """The server slot the conversation is pinned to (None: no slots)."""
@@ -234,6 +253,8 @@ class RemoteEngine:
 
         turn = RemoteTurn(key, seq.line, self.conn, body, sink, self._reasoning)
         seq.turn = turn
+        if seq.slot is not None:
+            self._slot_owner[seq.slot] = key
         seq.answer, seq.reasoning = [], []
         seq.reasoning_start = seq.reasoning_end = 0.0
         seq.sent_at = time.perf_counter()
@@ -365,14 +386,40 @@ class RemoteEngine:
     def fork(self, key: int, messages: tuple[ChatMessage, ...], system: str) -> Forked:
         raise LlamaDeskError(capability_missing(Capability.FORK_CACHE))
 
+    def _slot_of(self, key: int) -> tuple[_Seq, int]:
+        seq = self._seq(key)
+        if not self.traits.slot_files or seq.slot is None:
+            raise LlamaDeskError(capability_missing(Capability.STATE_FILES))
+        if seq.turn is not None:
+            raise LlamaDeskError("This conversation is still answering.")
+        return seq, seq.slot
+
     def save(self, key: int) -> bytes:
-        raise LlamaDeskError(capability_missing(Capability.STATE_FILES))
+        """Save the conversation's slot to its file on the server; the bytes name it."""
+        seq, slot = self._slot_of(key)
+        if self._slot_owner.get(slot) != key:
+            raise LlamaDeskError("Its slot holds another conversation's cache now.")
+        seq.slot_file = seq.slot_file or new_slot_name()
+        return save_slot(seq.line.client, self.conn, slot, seq.slot_file).to_bytes()
 
     def parked_state(self, key: int) -> bytes | None:
-        return None
+        return None  # the server never parks a conversation here
 
     def restore(self, key: int, data: bytes) -> Restored:
-        raise LlamaDeskError(capability_missing(Capability.STATE_FILES))
+        """Restore the conversation's slot file into its slot (REFUSED with the server's
+        sentence: the next turn re-sends the text, as it would anyway)."""
+        seq, slot = self._slot_of(key)
+        saved = SlotFile.of(data)
+        if saved is None:
+            return Restored(RestoreOutcome.REFUSED, "The saved state is no llama-server slot.")
+        try:
+            n = restore_slot(seq.line.client, self.conn, slot, saved.name)
+        except LlamaDeskError as exc:
+            return Restored(RestoreOutcome.REFUSED, str(exc))
+        self._slot_owner[slot] = key
+        seq.slot_file = saved.name  # saved again under the same name
+        seq.n_tokens = n
+        return Restored(RestoreOutcome.RESTORED)
 
     def save_file(self, key: int, path: str) -> int:
         raise LlamaDeskError(capability_missing(Capability.STATE_FILES))

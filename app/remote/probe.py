@@ -28,6 +28,7 @@ import httpx2
 from app.engine import ContextSettings, ModelInfo
 from app.remote.connection import PROBE_TIMEOUT_S, RemoteConnection
 from app.remote.faults import FaultKind, RemoteError, RemoteFault, status_fault, transport_fault
+from app.remote.slots import probe_slot_files
 from app.session.types import LoadedModel
 
 
@@ -51,6 +52,7 @@ class ServerTraits:
     can_tokenize: bool = False
     reports_cached: bool | None = None  # None: unknown until a reply says
     reports_progress: bool = False  # prompt progress chunks (llama-server's return_progress)
+    slot_files: bool = False  # slots saved to and restored from files (--slot-save-path)
 
     @property
     def keeps_prompt_cache(self) -> bool:
@@ -156,6 +158,7 @@ def probe(client: httpx2.Client, conn: RemoteConnection) -> ServerTraits:
         build = str(props.get("build_info") or "")
         kind = ServerKind.LLAMADESK if build.startswith("LlamaDesk") else ServerKind.LLAMA_SERVER
         template = props.get("chat_template")
+        slots = _positive_int(props.get("total_slots")) or 0
         return ServerTraits(
             kind=kind,
             models=names,
@@ -163,10 +166,13 @@ def probe(client: httpx2.Client, conn: RemoteConnection) -> ServerTraits:
             version=build,
             n_ctx=_positive_int(props["default_generation_settings"].get("n_ctx")),
             chat_template=template if isinstance(template, str) and template else None,
-            total_slots=_positive_int(props.get("total_slots")) or 0,
+            total_slots=slots,
             can_tokenize=True,
             reports_cached=True,
             reports_progress=kind is ServerKind.LLAMA_SERVER,
+            slot_files=kind is ServerKind.LLAMA_SERVER
+            and slots > 0
+            and probe_slot_files(client, conn),
         )
     if entry.get("owned_by") == "vllm":
         version = _json(_get(client, conn, "/version"))

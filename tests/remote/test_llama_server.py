@@ -4,26 +4,45 @@ cache; skipped (with the reason) where it has not been built.
 
 Two turns: the second reports cached tokens and decodes only the new suffix; each
 conversation is pinned to a slot of its own; prompt progress comes through; closing a
-conversation mid-reply frees its slot within a second.
+conversation mid-reply frees its slot within a second; a closed conversation's slot is
+saved to a file (``--slot-save-path``) and restored into its slot when it is opened again,
+after other conversations took every slot; a conversation on llama-server and one on
+the local engine generate at the same time.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx2
 import pytest
 
-from app.engine import SamplingParams
+from app.engine import ContextSettings, SamplingParams
 from app.remote import ServerKind
-from app.session import ChatMessage
+from app.session import ChatMessage, RestoreOutcome, Session
 from app.session import events as ev
+from app.session.engine_port import Capability
+from app.storage import Database, StateStore
 from tests.remote.conftest import RemoteChat
+
+T = TypeVar("T")
+
+# The tiny model cannot end this (no end of turn allowed): replies run to max_tokens.
+ENDLESS_GRAMMAR = 'root ::= ("hello" | " world" | " tab" | " llama") root'
+# Readable replies: the random tiny model's free text has bytes that are no UTF-8, which
+# come back as U+FFFD and re-tokenize differently (so the history would not be the
+# prefix the cache holds); words of its vocabulary render back to the tokens it sampled.
+WORDS = SamplingParams(
+    max_tokens=24, grammar='root ::= ("hello" | " world" | " tab" | " llama")+', seed=3
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -34,14 +53,19 @@ BINARY = Path(
 
 
 @pytest.fixture(scope="module")
-def llama_server(tiny_model: Path) -> Iterator[str]:
+def slot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("slots")
+
+
+@pytest.fixture(scope="module")
+def llama_server(tiny_model: Path, slot_dir: Path) -> Iterator[str]:
     if not BINARY.exists():
         pytest.skip(f"llama-server is not built ({BINARY}): benchmarks/bench_server.py builds it")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     argv = [str(BINARY), "-m", str(tiny_model), "--port", str(port), "-c", "4096"]
-    argv += ["--parallel", "2", "-t", "1", "--no-webui"]
+    argv += ["--parallel", "2", "-t", "1", "--no-webui", "--slot-save-path", str(slot_dir)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -80,10 +104,10 @@ def test_second_turn_reads_only_the_new_suffix(
 ) -> None:
     chat = remote_chat(llama_server)
     cid, events = chat.new_conversation()
-    first = chat.turn(cid, events, "hello world, what is the cache of the model")
+    first = chat.turn(cid, events, "hello world, what is the cache of the model", WORDS)
     assert first.failed is None and first.result.n_prompt > 0
     assert first.progress, "llama-server's return_progress"
-    second = chat.turn(cid, events, "and the tab")
+    second = chat.turn(cid, events, "and the tab", WORDS)
     result = second.result
     cached = result.n_prompt - result.n_prompt_processed
     assert cached > 0
@@ -112,3 +136,84 @@ def test_closing_mid_reply_frees_the_slot(
     while processing():
         assert time.monotonic() - t0 < 1.0, "the slot is still generating"
         time.sleep(0.05)
+
+
+def _next(events: queue.SimpleQueue[Any], kind: type[T]) -> T:
+    while True:
+        event = events.get(timeout=30)
+        if isinstance(event, kind):
+            return event
+
+
+def test_a_reopened_conversation_restores_its_slot(
+    llama_server: str, remote_chat: Callable[..., RemoteChat], tmp_path: Path, slot_dir: Path
+) -> None:
+    chat = remote_chat(llama_server, store=StateStore(tmp_path / "states"))
+    engine = chat.loader.engine
+    assert engine is not None and engine.traits.slot_files
+    assert Capability.STATE_FILES in engine.capabilities
+    cid, events = chat.new_conversation()
+    first = chat.turn(cid, events, "hello world, what is the cache of the model", WORDS)
+    assert first.failed is None
+    chat.session.close(cid)  # saved: the slot goes to a file on the server
+    _next(events, ev.ConversationClosed)
+    files = list(slot_dir.glob("llamadesk-*.bin"))
+    assert len(files) == 1 and files[0].stat().st_size > 0
+    for text in ("llama tab world", "tab tab llama"):  # every slot holds another's cache now
+        other, other_events = chat.new_conversation()
+        assert chat.turn(other, other_events, text, WORDS).failed is None
+    chat.session.open(cid)
+    restored = _next(events, ev.CacheRestored)
+    assert restored.outcome is RestoreOutcome.RESTORED, restored.reason
+    second = chat.turn(cid, events, "and the tab", WORDS)
+    # the first turn's prompt came back from the slot file: only what follows is read
+    assert second.result.cached_tokens >= first.result.n_prompt
+    assert len(list(slot_dir.glob("llamadesk-*.bin"))) == 1  # saved again under its name
+
+
+def test_a_remote_and_a_local_conversation_generate_at_once(
+    llama_server: str,
+    remote_chat: Callable[..., RemoteChat],
+    tiny_model: Path,
+    tmp_path: Path,
+) -> None:
+    chat = remote_chat(llama_server)
+    local = Session(None, Database.open(tmp_path / "local.sqlite3"), stream_interval_s=0.0)
+    loaded: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    local.subscribe_session(loaded.put)
+    local.load_model(str(tiny_model), ContextSettings(n_ctx=1024, n_threads=1))
+    assert isinstance(_next(loaded, ev.ModelLoaded), ev.ModelLoaded)
+    try:
+        streams: dict[str, list[float]] = {"remote": [], "local": []}
+        finished: dict[str, float] = {}
+        done = threading.Event()
+        lock = threading.Lock()
+
+        def watch(name: str) -> Callable[[Any], None]:
+            def on_event(event: Any) -> None:
+                with lock:
+                    if isinstance(event, ev.TextStreamed):
+                        streams[name].append(time.monotonic())
+                    elif isinstance(event, ev.TurnFinished):
+                        finished[name] = time.monotonic()
+                        if len(finished) == 2:
+                            done.set()
+
+            return on_event
+
+        endless = SamplingParams(max_tokens=120, grammar=ENDLESS_GRAMMAR, seed=1)
+        rcid, _ = chat.new_conversation()
+        chat.session.subscribe(rcid, watch("remote"))
+        local.subscribe(1, watch("local"))
+        local.open(1)
+        chat.session.submit(rcid, [ChatMessage("user", "talk")], sampling=endless)
+        local.submit(1, [ChatMessage("user", "talk")], sampling=endless)
+        assert done.wait(120), "both replies end"
+        with lock:
+            remote_times, local_times = streams["remote"], streams["local"]
+        assert len(remote_times) > 10 and len(local_times) > 10
+        # each streamed while the other did: their streaming spans overlap
+        assert local_times[0] < remote_times[-1] and remote_times[0] < local_times[-1]
+    finally:
+        local.shutdown()
+        assert local.join(30.0)
