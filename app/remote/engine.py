@@ -45,6 +45,7 @@ from app.engine import Event as EngineEvent
 from app.engine.context_policy import ContextFullPolicy
 from app.engine.reasoning import Channel, ReasoningFormat, detect_format
 from app.errors import LlamaDeskError
+from app.remote.completion import Held
 from app.remote.connection import RemoteConnection
 from app.remote.probe import ServerTraits, loaded_model
 from app.remote.slots import SlotFile, restore_slot, save_slot
@@ -87,6 +88,7 @@ class _Seq:
     reasoning_end: float = 0.0
     sent_at: float = 0.0
     slot_file: str = ""  # its cache's file on the server (slot files; "": none yet)
+    held: Held | None = None  # what its slot's cache holds, as tokens (the token route)
 
 
 class RemoteEngine:
@@ -195,7 +197,9 @@ class RemoteEngine:
             seq.line.client.close()
 
     def cut(self, key: int) -> None:
-        self._seq(key).n_tokens = 0  # the server's cache follows the prompt it is sent
+        seq = self._seq(key)
+        seq.n_tokens = 0  # the server's cache follows the prompt it is sent
+        seq.held = None
 
     def tokens(self, key: int) -> tuple[int, ...]:
         return ()
@@ -251,7 +255,8 @@ class RemoteEngine:
             assert turn is not None
             self._inbox.put((turn, event))
 
-        turn = RemoteTurn(key, seq.line, self.conn, body, sink, self._reasoning)
+        route = (sampling, seq.held) if self.traits.token_prompts else None
+        turn = RemoteTurn(key, seq.line, self.conn, body, sink, self._reasoning, tokens=route)
         seq.turn = turn
         if seq.slot is not None:
             self._slot_owner[seq.slot] = key
@@ -337,6 +342,7 @@ class RemoteEngine:
     ) -> None:
         now = time.perf_counter()
         seq.turn = None
+        seq.held = ended.held if ended is not None else None
         figures = ended.figures if ended is not None else None
         first = ended.first_token_at if ended is not None else 0.0
         last = ended.last_token_at if ended is not None else 0.0
@@ -419,6 +425,7 @@ class RemoteEngine:
         self._slot_owner[slot] = key
         seq.slot_file = saved.name  # saved again under the same name
         seq.n_tokens = n
+        seq.held = None  # its tokens are the server's: the next turn sends the whole text
         return Restored(RestoreOutcome.RESTORED)
 
     def save_file(self, key: int, path: str) -> int:

@@ -53,6 +53,7 @@ class ServerTraits:
     reports_cached: bool | None = None  # None: unknown until a reply says
     reports_progress: bool = False  # prompt progress chunks (llama-server's return_progress)
     slot_files: bool = False  # slots saved to and restored from files (--slot-save-path)
+    token_prompts: bool = False  # /apply-template and token prompts on /completion
 
     @property
     def keeps_prompt_cache(self) -> bool:
@@ -124,6 +125,20 @@ def _positive_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def _renders(client: httpx2.Client, conn: RemoteConnection) -> bool:
+    """Whether ``/apply-template`` renders a chat (llama-server's; the token route)."""
+    try:
+        response = client.post(
+            conn.root + "/apply-template",
+            json={"messages": [{"role": "user", "content": "hi"}]},
+            timeout=probe_timeout(conn),
+        )
+    except httpx2.HTTPError:
+        return False
+    data = _json(response) if response.status_code == 200 else None
+    return isinstance(data, dict) and isinstance(data.get("prompt"), str)
+
+
 def probe(client: httpx2.Client, conn: RemoteConnection) -> ServerTraits:
     """See the module docstring; raises :class:`RemoteError` when the server cannot be used."""
     listed = _get(client, conn, "/v1/models")
@@ -173,6 +188,7 @@ def probe(client: httpx2.Client, conn: RemoteConnection) -> ServerTraits:
             slot_files=kind is ServerKind.LLAMA_SERVER
             and slots > 0
             and probe_slot_files(client, conn),
+            token_prompts=kind is ServerKind.LLAMA_SERVER and _renders(client, conn),
         )
     if entry.get("owned_by") == "vllm":
         version = _json(_get(client, conn, "/version"))

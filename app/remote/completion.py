@@ -1,0 +1,192 @@
+"""llama-server's token route: the prompt as token ids on ``/completion``, the reply's
+tokens kept for the next turn.
+
+Re-sending a chat as text makes the server tokenize the last reply again, and text does
+not always tokenize back to the tokens that were sampled (a model may spell a word in
+other pieces than the tokenizer would; bytes that are no UTF-8 come back as U+FFFD): the
+cache then matches only up to the reply, and the reply is read again. On llama-server
+(``/apply-template`` and ``/tokenize``) a turn therefore:
+
+1. renders the history with the server's own template (``/apply-template``, the same
+   body as a chat completion: its template options apply);
+2. when that text begins with the last turn's prompt and reply (:class:`Held`, exactly
+   as they were sent and streamed), sends the last turn's tokens followed by the tokens
+   of what is new (``/tokenize`` of the suffix only), else the tokens of the whole text;
+3. streams ``/completion`` with ``return_tokens``, so the reply's tokens come back.
+
+The reply's tokens are kept only when they are all there and stand for the text: a reply
+ended by a stop string (its tokens are sent, its text is not) or with a token missing
+from the stream (llama-server holds back a token that ends inside a UTF-8 character) is
+not kept, and the next turn tokenizes the whole text, as the chat route does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+
+from app.engine import SamplingParams
+from app.remote.connection import RemoteConnection
+from app.remote.faults import FaultKind, RemoteError, RemoteFault, status_fault, transport_fault
+from app.remote.probe import probe_timeout
+
+ROUTE = "/completion"
+# the body fields of a chat completion that /apply-template reads (the rest is sampling)
+TEMPLATE_FIELDS = ("messages", "chat_template_kwargs", "reasoning_effort")
+STOP_REASONS = {"eos": "stop", "word": "stop", "limit": "length"}
+
+
+@dataclass(frozen=True)
+class Held:
+    """The last turn of a conversation as the server's cache holds it: the text of its
+    prompt and reply, and their tokens (the last one sampled, not yet decoded)."""
+
+    text: str
+    tokens: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    body: dict[str, Any]
+    prompt_text: str
+    prompt_tokens: tuple[int, ...]
+    reused: int  # tokens taken over from the last turn (0: the whole text was tokenized)
+
+
+def _post(client: httpx2.Client, conn: RemoteConnection, route: str, body: Any) -> Any:
+    try:
+        response = client.post(conn.root + route, json=body, timeout=probe_timeout(conn))
+    except httpx2.HTTPError as exc:
+        raise RemoteError(transport_fault(conn.label, exc, streaming=False)) from None
+    if response.status_code != 200:
+        raise RemoteError(
+            status_fault(conn.label, response.status_code, response.text, response.headers)
+        )
+    try:
+        return response.json()
+    except ValueError:
+        raise RemoteError(
+            RemoteFault(FaultKind.MALFORMED, f"{conn.label} answered {route} with no JSON.")
+        ) from None
+
+
+def _tokenize(
+    client: httpx2.Client, conn: RemoteConnection, text: str, add_special: bool
+) -> tuple[int, ...]:
+    data = _post(
+        client,
+        conn,
+        "/tokenize",
+        {"content": text, "add_special": add_special, "parse_special": True},
+    )
+    tokens = data.get("tokens") if isinstance(data, dict) else None
+    if not isinstance(tokens, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in tokens
+    ):
+        raise RemoteError(
+            RemoteFault(FaultKind.MALFORMED, f"{conn.label} answered /tokenize with no tokens.")
+        )
+    return tuple(tokens)
+
+
+def render(client: httpx2.Client, conn: RemoteConnection, chat: dict[str, Any]) -> str:
+    """The prompt text the server's template makes of the chat completion body ``chat``."""
+    data = _post(
+        client, conn, "/apply-template", {k: chat[k] for k in TEMPLATE_FIELDS if k in chat}
+    )
+    prompt = data.get("prompt") if isinstance(data, dict) else None
+    if not isinstance(prompt, str):
+        raise RemoteError(
+            RemoteFault(FaultKind.MALFORMED, f"{conn.label} answered /apply-template oddly.")
+        )
+    return prompt
+
+
+def prepare(
+    client: httpx2.Client,
+    conn: RemoteConnection,
+    chat: dict[str, Any],
+    sampling: SamplingParams,
+    held: Held | None,
+) -> Prepared:
+    """The ``/completion`` body for the chat completion body ``chat`` (see the module
+    docstring); raises :class:`RemoteError` with a sentence."""
+    text = render(client, conn, chat)
+    if held is not None and held.tokens and text.startswith(held.text):
+        tokens = held.tokens + _tokenize(client, conn, text[len(held.text) :], False)
+        reused = len(held.tokens)
+    else:
+        tokens, reused = _tokenize(client, conn, text, True), 0
+    body: dict[str, Any] = {
+        "prompt": list(tokens),
+        "stream": True,
+        "return_tokens": True,
+        "return_progress": True,
+        "cache_prompt": True,
+        "n_predict": sampling.max_tokens if sampling.max_tokens > 0 else -1,
+    }
+    for name in (
+        "id_slot",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "repeat_penalty",
+        "repeat_last_n",
+        "frequency_penalty",
+        "presence_penalty",
+        "seed",
+        "stop",
+        "grammar",
+    ):
+        if name in chat:
+            body[name] = chat[name]
+    return Prepared(body, text, tokens, reused)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One streamed ``/completion`` chunk, taken apart."""
+
+    content: str = ""
+    tokens: tuple[int, ...] = ()
+    stop_type: str | None = None  # on the last chunk: eos | word | limit
+    n_predicted: int | None = None
+
+
+def read_piece(data: dict[str, Any]) -> Piece:
+    """The text and tokens of a chunk (a prompt-progress chunk carries neither)."""
+    if isinstance(data.get("prompt_progress"), dict):
+        return Piece()
+    content = data.get("content")
+    raw = data.get("tokens")
+    tokens = (
+        tuple(t for t in raw if isinstance(t, int) and not isinstance(t, bool))
+        if isinstance(raw, list)
+        else ()
+    )
+    n = data.get("tokens_predicted")
+    stop_type = data.get("stop_type") if data.get("stop") is True else None
+    return Piece(
+        content if isinstance(content, str) else "",
+        tokens,
+        stop_type if isinstance(stop_type, str) else ("eos" if data.get("stop") is True else None),
+        n if isinstance(n, int) and not isinstance(n, bool) else None,
+    )
+
+
+def finish_of(stop_type: str | None) -> str | None:
+    """The OpenAI finish reason of a ``stop_type``."""
+    return STOP_REASONS.get(stop_type or "", "stop") if stop_type is not None else None
+
+
+def held_after(
+    prepared: Prepared, reply: str, tokens: list[int], stop_type: str | None, n: int | None
+) -> Held | None:
+    """What the cache holds after the turn, where the reply's tokens stand for its text."""
+    if stop_type not in ("eos", "limit") or n is None or len(tokens) != n:
+        return None
+    kept = tokens[:-1] if stop_type == "eos" else tokens  # the end token: the template's
+    return Held(prepared.prompt_text + reply, prepared.prompt_tokens + tuple(kept))
