@@ -1,23 +1,25 @@
-"""llama-server's token route: the prompt as token ids on ``/completion``, the reply's
-tokens kept for the next turn.
+"""llama-server's token route: the prompt on ``/completion`` as the last turn's pieces
+and tokens, the reply's tokens kept for the next turn.
 
 Re-sending a chat as text makes the server tokenize the last reply again, and text does
 not always tokenize back to the tokens that were sampled (a model may spell a word in
 other pieces than the tokenizer would; bytes that are no UTF-8 come back as U+FFFD): the
 cache then matches only up to the reply, and the reply is read again. On llama-server
-(``/apply-template`` and ``/tokenize``) a turn therefore:
+(``/apply-template``) a turn therefore:
 
 1. renders the history with the server's own template (``/apply-template``, the same
    body as a chat completion: its template options apply);
-2. when that text begins with the last turn's prompt and reply (:class:`Held`, exactly
-   as they were sent and streamed), sends the last turn's tokens followed by the tokens
-   of what is new (``/tokenize`` of the suffix only), else the tokens of the whole text;
+2. when that text begins with what the last turn sent and got (:class:`Held`: its
+   prompt's parts and its reply's tokens), sends those parts followed by the new text, a
+   *mixed* prompt (``[text, id, id, ..., text]``: llama-server tokenizes each piece of
+   text by itself, so the same parts give the same tokens every turn); else the text;
 3. streams ``/completion`` with ``return_tokens``, so the reply's tokens come back.
 
 The reply's tokens are kept only when they are all there and stand for the text: a reply
 ended by a stop string (its tokens are sent, its text is not) or with a token missing
-from the stream (llama-server holds back a token that ends inside a UTF-8 character) is
-not kept, and the next turn tokenizes the whole text, as the chat route does.
+from the stream (llama-server holds back a token that ends inside a UTF-8 character)
+keeps only the prompt's parts, and its text goes in the next turn's new text, as on the
+chat route. Nothing is tokenized here: one request more than the chat route (the render).
 """
 
 from __future__ import annotations
@@ -38,21 +40,32 @@ TEMPLATE_FIELDS = ("messages", "chat_template_kwargs", "reasoning_effort")
 STOP_REASONS = {"eos": "stop", "word": "stop", "limit": "length"}
 
 
+Part = str | int  # a piece of text (tokenized by the server) or a token id
+
+
 @dataclass(frozen=True)
 class Held:
-    """The last turn of a conversation as the server's cache holds it: the text of its
-    prompt and reply, and their tokens (the last one sampled, not yet decoded)."""
+    """What the last turn sent and got, as the server's cache holds it: the text it
+    stands for and its parts (pieces of text and the reply's token ids)."""
 
     text: str
-    tokens: tuple[int, ...]
+    parts: tuple[Part, ...]
 
 
 @dataclass(frozen=True)
 class Prepared:
     body: dict[str, Any]
     prompt_text: str
-    prompt_tokens: tuple[int, ...]
-    reused: int  # tokens taken over from the last turn (0: the whole text was tokenized)
+    parts: tuple[Part, ...]  # the prompt as sent
+    reused: int  # parts taken over from the last turn (0: the text alone)
+
+
+def prompt_of(parts: tuple[Part, ...]) -> str | list[Part]:
+    """The ``prompt`` field: a mixed list where it holds a token id (a list of texts
+    alone would be several prompts), else the text."""
+    if any(isinstance(p, int) for p in parts):
+        return list(parts)
+    return "".join(str(p) for p in parts)
 
 
 def _post(client: httpx2.Client, conn: RemoteConnection, route: str, body: Any) -> Any:
@@ -70,25 +83,6 @@ def _post(client: httpx2.Client, conn: RemoteConnection, route: str, body: Any) 
         raise RemoteError(
             RemoteFault(FaultKind.MALFORMED, f"{conn.label} answered {route} with no JSON.")
         ) from None
-
-
-def _tokenize(
-    client: httpx2.Client, conn: RemoteConnection, text: str, add_special: bool
-) -> tuple[int, ...]:
-    data = _post(
-        client,
-        conn,
-        "/tokenize",
-        {"content": text, "add_special": add_special, "parse_special": True},
-    )
-    tokens = data.get("tokens") if isinstance(data, dict) else None
-    if not isinstance(tokens, list) or not all(
-        isinstance(t, int) and not isinstance(t, bool) for t in tokens
-    ):
-        raise RemoteError(
-            RemoteFault(FaultKind.MALFORMED, f"{conn.label} answered /tokenize with no tokens.")
-        )
-    return tuple(tokens)
 
 
 def render(client: httpx2.Client, conn: RemoteConnection, chat: dict[str, Any]) -> str:
@@ -114,13 +108,16 @@ def prepare(
     """The ``/completion`` body for the chat completion body ``chat`` (see the module
     docstring); raises :class:`RemoteError` with a sentence."""
     text = render(client, conn, chat)
-    if held is not None and held.tokens and text.startswith(held.text):
-        tokens = held.tokens + _tokenize(client, conn, text[len(held.text) :], False)
-        reused = len(held.tokens)
+    parts: tuple[Part, ...]
+    if held is not None and held.parts and text.startswith(held.text):
+        new = text[len(held.text) :]
+        parts, reused = held.parts + ((new,) if new else ()), len(held.parts)
     else:
-        tokens, reused = _tokenize(client, conn, text, True), 0
+        parts, reused = (text,), 0
+    if not any(isinstance(p, int) for p in parts):
+        parts = (text,)  # sent as one text (tokenized as one): kept as it was sent
     body: dict[str, Any] = {
-        "prompt": list(tokens),
+        "prompt": prompt_of(parts),
         "stream": True,
         "return_tokens": True,
         "return_progress": True,
@@ -143,7 +140,7 @@ def prepare(
     ):
         if name in chat:
             body[name] = chat[name]
-    return Prepared(body, text, tokens, reused)
+    return Prepared(body, text, parts, reused)
 
 
 @dataclass(frozen=True)
@@ -184,9 +181,10 @@ def finish_of(stop_type: str | None) -> str | None:
 
 def held_after(
     prepared: Prepared, reply: str, tokens: list[int], stop_type: str | None, n: int | None
-) -> Held | None:
-    """What the cache holds after the turn, where the reply's tokens stand for its text."""
+) -> Held:
+    """What the next turn may send again: the prompt's parts, and the reply's tokens
+    where they stand for its text (see the module docstring)."""
     if stop_type not in ("eos", "limit") or n is None or len(tokens) != n:
-        return None
+        return Held(prepared.prompt_text, prepared.parts)
     kept = tokens[:-1] if stop_type == "eos" else tokens  # the end token: the template's
-    return Held(prepared.prompt_text + reply, prepared.prompt_tokens + tuple(kept))
+    return Held(prepared.prompt_text + reply, prepared.parts + tuple(kept))

@@ -327,12 +327,14 @@ class RemoteTurn:
         cancelled: bool = False,
     ) -> Ended:
         held = None
-        if self._prepared is not None and fault is None and not cancelled:
+        if self._prepared is not None:
+            # a failed or cancelled reply keeps the prompt's parts only (the stop type
+            # is not known then)
             held = held_after(
                 self._prepared,
                 "".join(self._reply),
                 self._reply_tokens,
-                self._stop_type,
+                self._stop_type if fault is None and not cancelled else None,
                 self._n_predicted,
             )
         return Ended(
