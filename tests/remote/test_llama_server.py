@@ -57,15 +57,15 @@ def slot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("slots")
 
 
-@pytest.fixture(scope="module")
-def llama_server(tiny_model: Path, slot_dir: Path) -> Iterator[str]:
+def start_llama_server(model: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+    """llama-server on a free port of 127.0.0.1 with ``model``, once it is healthy."""
     if not BINARY.exists():
         pytest.skip(f"llama-server is not built ({BINARY}): benchmarks/bench_server.py builds it")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    argv = [str(BINARY), "-m", str(tiny_model), "--port", str(port), "-c", "4096"]
-    argv += ["--parallel", "2", "-t", "1", "--no-webui", "--slot-save-path", str(slot_dir)]
+    argv = [str(BINARY), "-m", str(model), "--port", str(port), "-c", "4096"]
+    argv += ["--parallel", "2", "-t", "1", "--no-webui", *extra]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -73,10 +73,17 @@ def llama_server(tiny_model: Path, slot_dir: Path) -> Iterator[str]:
         assert proc.poll() is None, f"llama-server exited with {proc.returncode}"
         try:
             if httpx2.get(f"{url}/health", timeout=2).status_code == 200:
-                break
+                return proc, url
         except httpx2.HTTPError:
             pass
         time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("llama-server did not become healthy in 60 s")
+
+
+@pytest.fixture(scope="module")
+def llama_server(tiny_model: Path, slot_dir: Path) -> Iterator[str]:
+    proc, url = start_llama_server(tiny_model, "--slot-save-path", str(slot_dir))
     yield url
     proc.terminate()
     proc.wait(30)
@@ -219,3 +226,31 @@ def test_a_remote_and_a_local_conversation_generate_at_once(
     finally:
         local.shutdown()
         assert local.join(30.0)
+
+
+def test_a_server_that_goes_away_is_said_in_that_conversation(
+    tiny_model: Path, remote_chat: Callable[..., RemoteChat]
+) -> None:
+    proc, url = start_llama_server(tiny_model)
+    try:
+        chat = remote_chat(url)
+        assert chat.loader.engine is not None and chat.loader.engine.traits.token_prompts
+        cid, events = chat.new_conversation()
+        assert chat.turn(cid, events, "hello", WORDS).failed is None
+        endless = SamplingParams(max_tokens=4000, grammar=ENDLESS_GRAMMAR)
+        future = chat.send(cid, "talk on", endless)
+        while not isinstance(events.get(timeout=30), ev.TextStreamed):
+            pass
+        proc.kill()  # mid-reply
+        dropped = chat.wait(future, events)
+        assert dropped.failed is not None and "127.0.0.1" in dropped.failed
+        assert dropped.result.text  # what came is kept, marked stopped
+        stored = chat.db.get_thread(cid)[-1]
+        assert stored.status == "stopped" and stored.content == dropped.result.text
+        gone = chat.turn(cid, events, "are you there?", WORDS)  # the render cannot be asked
+        assert gone.failed is not None and gone.result.text == ""
+        last = chat.db.get_thread(cid)[-1]  # an error is no reply: the question stays
+        assert (last.role, last.content) == ("user", "are you there?")
+    finally:
+        proc.kill()
+        proc.wait(30)
