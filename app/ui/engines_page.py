@@ -262,23 +262,21 @@ class EnginesPage(QWidget):
         return self._confirm
 
     def _add(self, conn: SavedConnection, key: str) -> None:
-        if key:
-            self._keys.set(conn.id, key)
         if not self._store((*self.connections(), conn)):
-            self._keys.delete(conn.id)
             return
         self.key_edit.clear()
         self.name_edit.clear()
         self.url_edit.clear()
         self.select(conn.id)
-        self.test(conn.id)
+        self.test(conn.id, new_key=key or None)
 
     def remove_selected(self) -> None:
         conn = self.selected()
         if conn is None:
             return
         if self._store(tuple(c for c in self.connections() if c.id != conn.id)):
-            self._keys.delete(conn.id)
+            keys, cid = self._keys, conn.id
+            self._jobs.submit(lambda: keys.delete(cid))  # a keyring may wait for an unlock
             self.say(f"{conn.name} was removed (its conversations stay, answered by nothing).")
 
     # -- test -----------------------------------------------------------------------------
@@ -288,9 +286,10 @@ class EnginesPage(QWidget):
         if conn is not None:
             self.test(conn.id)
 
-    def test(self, connection_id: str) -> None:
+    def test(self, connection_id: str, new_key: str | None = None) -> None:
         """Probe the connection on a background job; the answer comes back as a sentence
-        (and, when it answers, its kind and models are saved with it)."""
+        (and, when it answers, its kind and models are saved with it). ``new_key`` is
+        stored first, on that job too (a keyring may wait for an unlock)."""
         conn = next((c for c in self.connections() if c.id == connection_id), None)
         if conn is None or connection_id in self._testing:
             return
@@ -302,6 +301,8 @@ class EnginesPage(QWidget):
         def job() -> None:  # on a pool thread
             result: Any
             try:
+                if new_key is not None:
+                    keys.set(conn.id, new_key)
                 key = keys.get(conn.id) if conn.has_key else None
                 result = probe_connection(conn.connection(key))
             except LlamaDeskError as exc:

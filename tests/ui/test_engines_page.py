@@ -208,6 +208,7 @@ def test_remove_forgets_the_connection_and_its_key(
     widget.select(conn.id)
     widget.remove_button.click()
     assert widget.connections() == () and widget.list.count() == 0
+    widget.shutdown()  # the key is forgotten on the background job
     assert keys.get(conn.id) is None
     assert load_settings(AppSettings).remote_connections == []
     assert "was removed" in widget.status.text()
