@@ -7,8 +7,10 @@ other pieces than the tokenizer would; bytes that are no UTF-8 come back as U+FF
 cache then matches only up to the reply, and the reply is read again. On llama-server
 (``/apply-template``) a turn therefore:
 
-1. renders the history with the server's own template (``/apply-template``, the same
-   body as a chat completion: its template options apply);
+1. renders the history with the server's template (:class:`Renderer`): here, with the
+   template ``/props`` gave, once that rendering matched the server's own
+   (``/apply-template``, the same body as a chat completion) for this kind of turn; until
+   then, and wherever they differ, the server's;
 2. when that text begins with what the last turn sent and got (:class:`Held`: its
    prompt's parts and its reply's tokens), sends those parts followed by the new text, a
    *mixed* prompt (``[text, id, id, ..., text]``: llama-server tokenizes each piece of
@@ -19,17 +21,21 @@ The reply's tokens are kept only when they are all there and stand for the text:
 ended by a stop string (its tokens are sent, its text is not) or with a token missing
 from the stream (llama-server holds back a token that ends inside a UTF-8 character)
 keeps only the prompt's parts, and its text goes in the next turn's new text, as on the
-chat route. Nothing is tokenized here: one request more than the chat route (the render).
+chat route. Nothing is tokenized here; once the local rendering is trusted a turn is one
+request, as on the chat route.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 import httpx2
 
-from app.engine import SamplingParams
+from app.engine import ChatTemplate, ChatTemplateError, SamplingParams
+from app.engine.chat_template import ReasoningOptions
 from app.remote.connection import RemoteConnection
 from app.remote.faults import FaultKind, RemoteError, RemoteFault, status_fault, transport_fault
 from app.remote.probe import probe_timeout
@@ -38,6 +44,8 @@ ROUTE = "/completion"
 # the body fields of a chat completion that /apply-template reads (the rest is sampling)
 TEMPLATE_FIELDS = ("messages", "chat_template_kwargs", "reasoning_effort")
 STOP_REASONS = {"eos": "stop", "word": "stop", "limit": "length"}
+
+log = logging.getLogger(__name__)
 
 
 Part = str | int  # a piece of text (tokenized by the server) or a token id
@@ -98,16 +106,73 @@ def render(client: httpx2.Client, conn: RemoteConnection, chat: dict[str, Any]) 
     return prompt
 
 
+class Renderer:
+    """A turn's prompt text: rendered here with the server's template (``/props``) once
+    that matched the server's own rendering for this kind of turn (the reasoning options,
+    whether replies and their reasoning are in the history), else by the server.
+    Thread-safe (the turns of several conversations render at once)."""
+
+    def __init__(self, template: str | None, bos_token: str, eos_token: str) -> None:
+        self._template: ChatTemplate | None = None
+        if template:
+            try:
+                self._template = ChatTemplate(template, bos_token, eos_token)
+            except ChatTemplateError as exc:
+                log.info("the server's template does not render here: %s", exc)
+        self._trusted: dict[tuple[Any, ...], bool] = {}
+        self._lock = threading.Lock()
+        self.local_renders = 0  # turns rendered here (diagnostics, tests)
+
+    @staticmethod
+    def _kind(chat: dict[str, Any], reasoning: ReasoningOptions) -> tuple[Any, ...]:
+        messages = chat.get("messages", [])
+        return (
+            reasoning.enable_thinking,
+            reasoning.effort,
+            any(m.get("role") == "assistant" for m in messages),
+            any("reasoning_content" in m for m in messages),
+            any(m.get("role") == "system" for m in messages),
+        )
+
+    def render(
+        self,
+        client: httpx2.Client,
+        conn: RemoteConnection,
+        chat: dict[str, Any],
+        reasoning: ReasoningOptions,
+    ) -> str:
+        kind = self._kind(chat, reasoning)
+        with self._lock:
+            trusted = self._trusted.get(kind)
+        local: str | None = None
+        if self._template is not None and trusted is not False:
+            try:
+                local = self._template.render(
+                    chat["messages"], True, strip_bos=False, reasoning=reasoning
+                )
+            except ChatTemplateError:
+                local = None
+        if local is not None and trusted:
+            with self._lock:
+                self.local_renders += 1
+            return local
+        text = render(client, conn, chat)
+        if local is not None:
+            with self._lock:
+                self._trusted[kind] = local == text
+        return text
+
+
 def prepare(
     client: httpx2.Client,
     conn: RemoteConnection,
     chat: dict[str, Any],
     sampling: SamplingParams,
     held: Held | None,
+    text: str,
 ) -> Prepared:
-    """The ``/completion`` body for the chat completion body ``chat`` (see the module
-    docstring); raises :class:`RemoteError` with a sentence."""
-    text = render(client, conn, chat)
+    """The ``/completion`` body for the chat completion body ``chat`` whose prompt text is
+    ``text`` (see the module docstring)."""
     parts: tuple[Part, ...]
     if held is not None and held.parts and text.startswith(held.text):
         new = text[len(held.text) :]

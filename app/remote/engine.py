@@ -45,7 +45,7 @@ from app.engine import Event as EngineEvent
 from app.engine.context_policy import ContextFullPolicy
 from app.engine.reasoning import Channel, ReasoningFormat, detect_format
 from app.errors import LlamaDeskError
-from app.remote.completion import Held
+from app.remote.completion import Held, Renderer
 from app.remote.connection import RemoteConnection
 from app.remote.probe import ServerTraits, loaded_model
 from app.remote.slots import SlotFile, restore_slot, save_slot
@@ -119,6 +119,7 @@ class RemoteEngine:
         self._lock = threading.Lock()
         self._closed = False
         self._slot_owner: dict[int, int] = {}  # slot -> the conversation whose cache it holds
+        self.renderer = Renderer(traits.chat_template, traits.bos_token, traits.eos_token)
         self._reasoning = (
             detect_format(traits.chat_template)
             if traits.chat_template
@@ -255,7 +256,11 @@ class RemoteEngine:
             assert turn is not None
             self._inbox.put((turn, event))
 
-        route = (sampling, seq.held) if self.traits.token_prompts else None
+        route = (
+            (sampling, seq.held, self.renderer, prompt.reasoning)
+            if self.traits.token_prompts
+            else None
+        )
         turn = RemoteTurn(key, seq.line, self.conn, body, sink, self._reasoning, tokens=route)
         seq.turn = turn
         if seq.slot is not None:

@@ -54,6 +54,8 @@ class ServerTraits:
     reports_progress: bool = False  # prompt progress chunks (llama-server's return_progress)
     slot_files: bool = False  # slots saved to and restored from files (--slot-save-path)
     token_prompts: bool = False  # /apply-template and token prompts on /completion
+    bos_token: str = ""  # the texts of the model's BOS and EOS (its template reads them)
+    eos_token: str = ""
 
     @property
     def keeps_prompt_cache(self) -> bool:
@@ -189,6 +191,8 @@ def probe(client: httpx2.Client, conn: RemoteConnection) -> ServerTraits:
             and slots > 0
             and probe_slot_files(client, conn),
             token_prompts=kind is ServerKind.LLAMA_SERVER and _renders(client, conn),
+            bos_token=str(props.get("bos_token") or ""),
+            eos_token=str(props.get("eos_token") or ""),
         )
     if entry.get("owned_by") == "vllm":
         version = _json(_get(client, conn, "/version"))

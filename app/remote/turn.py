@@ -35,11 +35,13 @@ from typing import Any
 import httpx2
 
 from app.engine import SamplingParams
+from app.engine.chat_template import ReasoningOptions
 from app.engine.reasoning import Channel, ReasoningFormat, ReasoningSplitter
 from app.remote.completion import (
     ROUTE,
     Held,
     Prepared,
+    Renderer,
     finish_of,
     held_after,
     prepare,
@@ -89,6 +91,7 @@ class Ended:
 
 
 TurnEvent = Streamed | Progressed | Ended
+TokenRoute = tuple[SamplingParams, Held | None, Renderer, ReasoningOptions]
 
 
 class Line:
@@ -140,10 +143,10 @@ class RemoteTurn:
         sink: Callable[[TurnEvent], None],
         reasoning: ReasoningFormat,
         *,
-        tokens: tuple[SamplingParams, Held | None] | None = None,
+        tokens: TokenRoute | None = None,
     ) -> None:
-        """``tokens``: take the token route, with the turn's sampling and what the last
-        turn left in the cache."""
+        """``tokens``: take the token route (the turn's sampling, what the last turn left
+        in the cache, the engine's renderer, the turn's reasoning options)."""
         self.key = key
         self._line = line
         self._conn = conn
@@ -187,9 +190,11 @@ class RemoteTurn:
 
     def _attempts(self) -> Ended:
         if self._tokens is not None:
-            sampling, held = self._tokens
+            sampling, held, renderer, reasoning = self._tokens
+            client = self._line.client
             try:
-                self._prepared = prepare(self._line.client, self._conn, self._body, sampling, held)
+                text = renderer.render(client, self._conn, self._body, reasoning)
+                self._prepared = prepare(client, self._conn, self._body, sampling, held, text)
             except RemoteError as exc:
                 if self._cancelled.is_set():
                     return self._ended(None, None, cancelled=True)

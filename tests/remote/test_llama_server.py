@@ -123,6 +123,13 @@ def test_second_turn_reads_only_the_new_suffix(
     held = first.result.n_prompt + first.result.n_tokens - 1
     assert cached >= held, (cached, first.result.n_prompt, first.result.n_tokens)
     assert result.n_prompt_processed <= result.n_prompt - held
+    # the third turn is rendered here (the first two checked this rendering against the
+    # server's), with the same outcome
+    engine = chat.loader.engine
+    assert engine is not None and engine.renderer.local_renders == 0
+    third = chat.turn(cid, events, "one more", WORDS).result
+    assert engine.renderer.local_renders == 1
+    assert third.cached_tokens >= result.n_prompt + result.n_tokens - 1
 
 
 def test_closing_mid_reply_frees_the_slot(
