@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,19 +165,23 @@ class Renderer:
 
 
 def prepare(
-    client: httpx2.Client,
-    conn: RemoteConnection,
     chat: dict[str, Any],
     sampling: SamplingParams,
-    held: Held | None,
+    held: Sequence[Held],
     text: str,
 ) -> Prepared:
     """The ``/completion`` body for the chat completion body ``chat`` whose prompt text is
-    ``text`` (see the module docstring)."""
+    ``text``, sent as the longest of ``held`` that it begins with (a regenerate begins with
+    the last prompt, an edit with an earlier one), then the new text."""
     parts: tuple[Part, ...]
-    if held is not None and held.parts and text.startswith(held.text):
-        new = text[len(held.text) :]
-        parts, reused = held.parts + ((new,) if new else ()), len(held.parts)
+    best = max(
+        (h for h in held if h.parts and text.startswith(h.text)),
+        key=lambda h: len(h.text),
+        default=None,
+    )
+    if best is not None:
+        new = text[len(best.text) :]
+        parts, reused = best.parts + ((new,) if new else ()), len(best.parts)
     else:
         parts, reused = (text,), 0
     if not any(isinstance(p, int) for p in parts):
@@ -246,10 +251,11 @@ def finish_of(stop_type: str | None) -> str | None:
 
 def held_after(
     prepared: Prepared, reply: str, tokens: list[int], stop_type: str | None, n: int | None
-) -> Held:
-    """What the next turn may send again: the prompt's parts, and the reply's tokens
+) -> tuple[Held, ...]:
+    """What a later turn may send again: the prompt's parts, and with the reply's tokens
     where they stand for its text (see the module docstring)."""
+    prompt = Held(prepared.prompt_text, prepared.parts)
     if stop_type not in ("eos", "limit") or n is None or len(tokens) != n:
-        return Held(prepared.prompt_text, prepared.parts)
+        return (prompt,)
     kept = tokens[:-1] if stop_type == "eos" else tokens  # the end token: the template's
-    return Held(prepared.prompt_text + reply, prepared.parts + tuple(kept))
+    return (prompt, Held(prepared.prompt_text + reply, prepared.parts + tuple(kept)))

@@ -48,7 +48,7 @@ from app.errors import LlamaDeskError
 from app.remote.completion import Held, Renderer
 from app.remote.connection import RemoteConnection
 from app.remote.probe import ServerTraits, loaded_model
-from app.remote.slots import SlotFile, restore_slot, save_slot
+from app.remote.slots import SlotFile, SlotServerDown, restore_slot, save_slot
 from app.remote.slots import new_name as new_slot_name
 from app.remote.turn import Ended, Line, Progressed, RemoteTurn, Streamed, TurnEvent
 from app.remote.wire import chat_body, finish_reason
@@ -72,7 +72,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 STEP_WAIT_S = 0.01  # a step with nothing streamed waits this long (no busy loop, commands flow)
-SHUTDOWN_JOIN_S = 2.0  # how long closing waits for the workers' streams to close
+SHUTDOWN_JOIN_S = 2.0
+SLOTS_DOWN_S = 30.0  # after a save the server did not take, the next saves are not tried
+MAX_HELD = 16  # earlier turns kept for the token route (an edit or regenerate goes back)  # how long closing waits for the workers' streams to close
 
 
 @dataclass
@@ -88,7 +90,8 @@ class _Seq:
     reasoning_end: float = 0.0
     sent_at: float = 0.0
     slot_file: str = ""  # its cache's file on the server (slot files; "": none yet)
-    held: Held | None = None  # what its slot's cache holds, as tokens (the token route)
+    # what its turns sent and got, as tokens (the token route), the latest last
+    held: tuple[Held, ...] = ()
 
 
 class RemoteEngine:
@@ -119,6 +122,7 @@ class RemoteEngine:
         self._lock = threading.Lock()
         self._closed = False
         self._slot_owner: dict[int, int] = {}  # slot -> the conversation whose cache it holds
+        self._slots_down_until = 0.0  # monotonic: slot saves not tried before then
         self.renderer = Renderer(traits.chat_template, traits.bos_token, traits.eos_token)
         self._reasoning = (
             detect_format(traits.chat_template)
@@ -200,7 +204,7 @@ class RemoteEngine:
     def cut(self, key: int) -> None:
         seq = self._seq(key)
         seq.n_tokens = 0  # the server's cache follows the prompt it is sent
-        seq.held = None
+        seq.held = ()
 
     def tokens(self, key: int) -> tuple[int, ...]:
         return ()
@@ -347,7 +351,8 @@ class RemoteEngine:
     ) -> None:
         now = time.perf_counter()
         seq.turn = None
-        seq.held = ended.held if ended is not None else None
+        if ended is not None:  # (a turn given up leaves what it held before)
+            seq.held = (seq.held + ended.held)[-MAX_HELD:]
         figures = ended.figures if ended is not None else None
         first = ended.first_token_at if ended is not None else 0.0
         last = ended.last_token_at if ended is not None else 0.0
@@ -410,8 +415,14 @@ class RemoteEngine:
         seq, slot = self._slot_of(key)
         if self._slot_owner.get(slot) != key:
             raise LlamaDeskError("Its slot holds another conversation's cache now.")
+        if time.monotonic() < self._slots_down_until:
+            raise LlamaDeskError(f"{self.conn.label} did not answer just now: not saved.")
         seq.slot_file = seq.slot_file or new_slot_name()
-        return save_slot(seq.line.client, self.conn, slot, seq.slot_file).to_bytes()
+        try:
+            return save_slot(seq.line.client, self.conn, slot, seq.slot_file).to_bytes()
+        except SlotServerDown:
+            self._slots_down_until = time.monotonic() + SLOTS_DOWN_S  # the other tabs' too
+            raise
 
     def parked_state(self, key: int) -> bytes | None:
         return None  # the server never parks a conversation here
@@ -430,7 +441,7 @@ class RemoteEngine:
         self._slot_owner[slot] = key
         seq.slot_file = saved.name  # saved again under the same name
         seq.n_tokens = n
-        seq.held = None  # its tokens are the server's: the next turn sends the whole text
+        seq.held = ()  # its tokens are the server's: the next turn sends the whole text
         return Restored(RestoreOutcome.RESTORED)
 
     def save_file(self, key: int, path: str) -> int:

@@ -24,6 +24,15 @@ from app.errors import LlamaDeskError
 from app.remote.connection import RemoteConnection
 
 SLOT_ACTION_TIMEOUT_S = 120.0  # a big slot is written or read in that time
+# a server that does not take the connection is given up sooner than for a turn: the
+# window saves every tab's slot as it closes
+SLOT_CONNECT_TIMEOUT_S = 3.0
+
+
+class SlotServerDown(LlamaDeskError):
+    """The server did not take the slot request (the next ones are not tried for now)."""
+
+
 PROBE_ACTION = "llamadesk-probe"  # no such action: answered before any work is done
 MAGIC = "llama-server-slot"
 
@@ -80,10 +89,12 @@ def _action(
             f"{conn.root}/slots/{slot}",
             params={"action": action},
             json={"filename": name},
-            timeout=httpx2.Timeout(SLOT_ACTION_TIMEOUT_S, connect=conn.connect_timeout_s),
+            timeout=httpx2.Timeout(
+                SLOT_ACTION_TIMEOUT_S, connect=min(conn.connect_timeout_s, SLOT_CONNECT_TIMEOUT_S)
+            ),
         )
     except httpx2.HTTPError as exc:
-        raise LlamaDeskError(
+        raise SlotServerDown(
             f"The cache on {conn.label} could not be {what} ({type(exc).__name__})."
         ) from None
     try:

@@ -87,11 +87,11 @@ class Ended:
     first_token_at: float = 0.0  # perf_counter() of the first streamed text (0: none)
     last_token_at: float = 0.0
     n_pieces: int = 0  # streamed chunks with text (a token count where the server says none)
-    held: Held | None = None  # the token route's prompt and reply, as the cache holds them
+    held: tuple[Held, ...] = ()  # the token route's prompt (and reply), as the cache holds them
 
 
 TurnEvent = Streamed | Progressed | Ended
-TokenRoute = tuple[SamplingParams, Held | None, Renderer, ReasoningOptions]
+TokenRoute = tuple[SamplingParams, tuple[Held, ...], Renderer, ReasoningOptions]
 
 
 class Line:
@@ -194,7 +194,7 @@ class RemoteTurn:
             client = self._line.client
             try:
                 text = renderer.render(client, self._conn, self._body, reasoning)
-                self._prepared = prepare(client, self._conn, self._body, sampling, held, text)
+                self._prepared = prepare(self._body, sampling, held, text)
             except RemoteError as exc:
                 if self._cancelled.is_set():
                     return self._ended(None, None, cancelled=True)
@@ -331,7 +331,7 @@ class RemoteTurn:
         *,
         cancelled: bool = False,
     ) -> Ended:
-        held = None
+        held: tuple[Held, ...] = ()
         if self._prepared is not None:
             # a failed or cancelled reply keeps the prompt's parts only (the stop type
             # is not known then)

@@ -236,11 +236,12 @@ def test_a_remote_and_a_local_conversation_generate_at_once(
 
 
 def test_a_server_that_goes_away_is_said_in_that_conversation(
-    tiny_model: Path, remote_chat: Callable[..., RemoteChat]
+    tiny_model: Path, remote_chat: Callable[..., RemoteChat], tmp_path: Path
 ) -> None:
-    proc, url = start_llama_server(tiny_model)
+    (tmp_path / "slots").mkdir()
+    proc, url = start_llama_server(tiny_model, "--slot-save-path", str(tmp_path / "slots"))
     try:
-        chat = remote_chat(url)
+        chat = remote_chat(url, store=StateStore(tmp_path / "states"))
         assert chat.loader.engine is not None and chat.loader.engine.traits.token_prompts
         cid, events = chat.new_conversation()
         assert chat.turn(cid, events, "hello", WORDS).failed is None
@@ -258,6 +259,26 @@ def test_a_server_that_goes_away_is_said_in_that_conversation(
         assert gone.failed is not None and gone.result.text == ""
         last = chat.db.get_thread(cid)[-1]  # an error is no reply: the question stays
         assert (last.role, last.content) == ("user", "are you there?")
+        t0 = time.monotonic()
+        chat.session.close(cid)  # its slot cannot be saved: said in the log, not waited for
+        _next(events, ev.ConversationClosed)
+        assert time.monotonic() - t0 < 5.0
     finally:
         proc.kill()
         proc.wait(30)
+
+
+def test_a_regenerate_reads_nothing_again(
+    llama_server: str, remote_chat: Callable[..., RemoteChat]
+) -> None:
+    chat = remote_chat(llama_server)
+    cid, events = chat.new_conversation()
+    chat.turn(cid, events, "hello world", WORDS)
+    last = chat.turn(cid, events, "and the tab", WORDS)
+    question = chat.db.get_thread(cid)[-2]
+    assert question.role == "user"
+    again = chat.wait(chat.session.answer(cid, question.id, None, sampling=WORDS), events)
+    # the same prompt as the last turn's, sent as it was: all of it but the last token
+    # (which gives the first logits) comes from the cache
+    assert again.failed is None and again.result.n_prompt == last.result.n_prompt
+    assert again.result.n_prompt_processed <= 1

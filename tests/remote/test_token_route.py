@@ -3,7 +3,16 @@ which reply tokens are kept for the next turn, how a /completion chunk reads."""
 
 from __future__ import annotations
 
-from app.remote.completion import Held, Prepared, finish_of, held_after, prompt_of, read_piece
+from app.engine import SamplingParams
+from app.remote.completion import (
+    Held,
+    Prepared,
+    finish_of,
+    held_after,
+    prepare,
+    prompt_of,
+    read_piece,
+)
 
 
 def prepared(text: str, *parts: str | int) -> Prepared:
@@ -18,17 +27,17 @@ def test_a_prompt_with_token_ids_is_mixed_and_one_of_text_alone_is_a_string() ->
 
 def test_a_reply_that_ran_to_its_limit_keeps_every_token() -> None:
     held = held_after(prepared("P:"), " a b", [7, 8], "limit", 2)
-    assert held == Held("P: a b", ("P:", 7, 8))
+    assert held == (Held("P:", ("P:",)), Held("P: a b", ("P:", 7, 8)))
 
 
 def test_a_reply_ended_by_its_end_token_leaves_that_token_to_the_template() -> None:
     held = held_after(prepared("P:"), " a", [7, 2], "eos", 2)
-    assert held == Held("P: a", ("P:", 7))
+    assert held[-1] == Held("P: a", ("P:", 7))
 
 
 def test_tokens_that_may_not_stand_for_the_text_are_not_kept() -> None:
     base = prepared("P:", "P:", 3, 4, "Q:")
-    prompt_only = Held("P:", ("P:", 3, 4, "Q:"))
+    prompt_only = (Held("P:", ("P:", 3, 4, "Q:")),)
     assert held_after(base, " a", [7], "word", 1) == prompt_only  # a stop string's tokens
     assert held_after(base, " a", [7], "limit", 2) == prompt_only  # one held back (UTF-8)
     assert held_after(base, " a", [7], None, 1) == prompt_only  # failed or cancelled
@@ -48,3 +57,15 @@ def test_a_completion_chunk_reads_as_text_tokens_and_end() -> None:
     assert progress.tokens == () and progress.stop_type is None
     assert finish_of("limit") == "length" and finish_of("eos") == "stop"
     assert finish_of("word") == "stop" and finish_of(None) is None
+
+
+def test_the_longest_earlier_turn_the_prompt_begins_with_is_sent_again() -> None:
+    first = Held("P:", ("P:",))
+    reply = Held("P: a", ("P:", 7))
+    chat = {"temperature": 0.0, "id_slot": 1}
+    again = prepare(chat, SamplingParams(), (first, reply), "P: a Q:")
+    assert again.body["prompt"] == ["P:", 7, " Q:"] and again.reused == 2
+    regenerate = prepare(chat, SamplingParams(), (first, reply), "P:")
+    assert regenerate.body["prompt"] == "P:" and regenerate.body["id_slot"] == 1
+    edited = prepare(chat, SamplingParams(), (first, reply), "R:")
+    assert edited.body["prompt"] == "R:" and edited.reused == 0
