@@ -12,10 +12,7 @@ the local engine generate at the same time.
 
 from __future__ import annotations
 
-import os
 import queue
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +29,7 @@ from app.session import events as ev
 from app.session.engine_port import Capability
 from app.storage import Database, StateStore
 from tests.remote.conftest import RemoteChat
+from tests.remote.llama_server_process import start_llama_server
 
 T = TypeVar("T")
 
@@ -46,39 +44,10 @@ WORDS = SamplingParams(
 
 pytestmark = pytest.mark.timeout(180)
 
-CACHE = Path(os.environ.get("LLAMADESK_BENCH_CACHE", "~/.cache/llamadesk-bench")).expanduser()
-BINARY = Path(
-    os.environ.get("LLAMADESK_LLAMA_SERVER", CACHE / "llama-server-build" / "bin" / "llama-server")
-)
-
 
 @pytest.fixture(scope="module")
 def slot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("slots")
-
-
-def start_llama_server(model: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
-    """llama-server on a free port of 127.0.0.1 with ``model``, once it is healthy."""
-    if not BINARY.exists():
-        pytest.skip(f"llama-server is not built ({BINARY}): benchmarks/bench_server.py builds it")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    argv = [str(BINARY), "-m", str(model), "--port", str(port), "-c", "4096"]
-    argv += ["--parallel", "2", "-t", "1", "--no-webui", *extra]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"llama-server exited with {proc.returncode}"
-        try:
-            if httpx2.get(f"{url}/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx2.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise AssertionError("llama-server did not become healthy in 60 s")
 
 
 @pytest.fixture(scope="module")
