@@ -15,6 +15,7 @@ never shown, logged or written to a file.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -77,6 +78,13 @@ def found_text(conn: SavedConnection, traits: ServerTraits) -> str:
     return f"{conn.name} answers: {kind} · models: {models} · {context}."
 
 
+@functools.cache
+def probe_jobs() -> BackgroundJobs:
+    """The process's one pool for the Engines' tests: it outlives the dialog (a pool that
+    went with it would make closing the dialog wait for a server that does not answer)."""
+    return BackgroundJobs("engines-probe")
+
+
 class _Bridge(QObject):
     """Lives on the GUI thread; the probe's job emits through it (queued)."""
 
@@ -101,7 +109,7 @@ class EnginesPage(QWidget):
         self._settings = settings
         self._save = save
         self._keys = keys if keys is not None else default_keys()
-        self._jobs = BackgroundJobs("engines-probe")
+        self._jobs = probe_jobs()
         self._bridge = _Bridge(self)
         self._bridge.tested.connect(self._on_tested)
         self._testing: set[str] = set()
@@ -333,5 +341,5 @@ class EnginesPage(QWidget):
             self.say(found_text(conn, result))
 
     def shutdown(self, timeout_s: float = 15.0) -> None:
-        """Wait for a test in progress (a test's teardown)."""
+        """Wait for the tests in progress (a test's teardown)."""
         self._jobs.wait_idle(timeout_s)
