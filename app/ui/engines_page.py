@@ -75,7 +75,13 @@ def found_text(conn: SavedConnection, traits: ServerTraits) -> str:
         if traits.n_ctx
         else "it does not say its context size"
     )
-    return f"{conn.name} answers: {kind} · models: {models} · {context}."
+    slots = f" · {traits.total_slots} slots" if traits.pins_slots else ""
+    if traits.slot_files:
+        slots += ", kept in files when a chat closes"
+    missing = " ".join(s for s in traits.unavailable() if "context size" not in s)
+    return f"{conn.name} answers: {kind} · models: {models} · {context}{slots}." + (
+        f" {missing}" if missing else ""
+    )
 
 
 @functools.cache

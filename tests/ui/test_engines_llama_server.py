@@ -67,3 +67,24 @@ def test_a_chat_on_llama_server_gets_its_slot_back_when_the_window_reopens(
     second = wait_idle(qtbot, reopened)
     assert second.error is None
     assert second.cached_tokens >= first.n_prompt  # the first turn came back from the file
+
+
+def test_the_engines_page_says_what_llama_server_keeps(
+    qtbot: QtBot, server: tuple[str, Path], home: Path
+) -> None:
+    from app.remote.saved import ApiKeys
+    from app.storage.settings import AppSettings, save_settings
+    from app.ui.engines_page import EnginesPage
+
+    url, _ = server
+    page = EnginesPage(AppSettings(), save_settings, ApiKeys(use_keyring=False))
+    qtbot.addWidget(page)
+    page.name_edit.setText("gpu-box")
+    page.url_edit.setText(url)
+    page.add_button.click()
+    qtbot.waitUntil(lambda: not page.testing(), timeout=15000)
+    page.shutdown()
+    said = page.status.text()
+    assert said.startswith("gpu-box answers: llama-server")
+    assert "context 2,048 tokens per conversation" in said  # 4096 over its two slots
+    assert "2 slots, kept in files when a chat closes" in said

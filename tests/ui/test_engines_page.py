@@ -110,6 +110,8 @@ def test_the_key_goes_to_the_key_store_never_to_a_file(
     add(widget, "stub", stub.url, KEY)
     qtbot.waitUntil(lambda: not widget.testing(), timeout=15000)
     assert "stub answers: OpenAI-compatible" in widget.status.text()
+    # what a plain server does not give is said
+    assert "does not report prompt progress" in widget.status.text()
     assert widget.key_edit.text() == ""  # not left on screen
     assert KEY not in paths.settings_path().read_text(encoding="utf-8")
     (conn,) = widget.connections()
