@@ -25,6 +25,8 @@ class Completion:
     n_sampled: int = 0  # tokens sampled, the end-of-generation one included
     first_token_at: float = 0.0  # perf_counter() when the first token was sampled
     last_token_at: float = 0.0  # ... and the last
+    # The reply's tokens where no ids are held (a remote server's count); None: len(tokens)
+    n_reply_tokens: int | None = None
 
     @property
     def stream_ms(self) -> float:

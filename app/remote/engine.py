@@ -8,9 +8,12 @@ engine's events. A failure is that conversation's alone: a ``SequenceFailed`` wi
 sentence, then ``Finished`` with the text streamed so far (``aborted``, so it is kept and
 marked stopped) or, when nothing came, ``error``.
 
-It can do no more than run turns (:attr:`capabilities` is ``NONE``): the server's cache
-cannot be forked, saved as bytes here or read as tokens, so the session re-sends the text.
-It never touches the database: the session's recorder writes what it reports.
+Beyond turns it can only keep caches on llama-server started with ``--slot-save-path``
+(:attr:`capabilities` is then ``STATE_FILES``): a conversation's slot is saved to a file
+on the server when it closes and restored into its slot when it opens again
+(:mod:`app.remote.slots`; the session stores the file's name). The server's cache cannot
+be forked or read as tokens, so the session re-sends the text for those. It never
+touches the database: the session's recorder writes what it reports.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from app.engine import (
     ContextSettings,
     Finished,
     PromptProgress,
+    RestoreOutcome,
     SamplingParams,
     SequenceFailed,
     TokenText,
@@ -41,8 +45,11 @@ from app.engine import Event as EngineEvent
 from app.engine.context_policy import ContextFullPolicy
 from app.engine.reasoning import Channel, ReasoningFormat, detect_format
 from app.errors import LlamaDeskError
+from app.remote.completion import Held, Renderer
 from app.remote.connection import RemoteConnection
 from app.remote.probe import ServerTraits, loaded_model
+from app.remote.slots import SlotFile, SlotServerDown, restore_slot, save_slot
+from app.remote.slots import new_name as new_slot_name
 from app.remote.turn import Ended, Line, Progressed, RemoteTurn, Streamed, TurnEvent
 from app.remote.wire import chat_body, finish_reason
 from app.session.engine_port import (
@@ -65,7 +72,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 STEP_WAIT_S = 0.01  # a step with nothing streamed waits this long (no busy loop, commands flow)
-SHUTDOWN_JOIN_S = 2.0  # how long closing waits for the workers' streams to close
+SHUTDOWN_JOIN_S = 2.0
+SLOTS_DOWN_S = 30.0  # after a save the server did not take, the next saves are not tried
+MAX_HELD = 16  # earlier turns kept for the token route (an edit or regenerate goes back)  # how long closing waits for the workers' streams to close
 
 
 @dataclass
@@ -80,21 +89,28 @@ class _Seq:
     reasoning_start: float = 0.0
     reasoning_end: float = 0.0
     sent_at: float = 0.0
+    slot_file: str = ""  # its cache's file on the server (slot files; "": none yet)
+    # what its turns sent and got, as tokens (the token route), the latest last
+    held: tuple[Held, ...] = ()
 
 
 class RemoteEngine:
     """See the module docstring."""
-
-    capabilities = Capability.NONE
 
     def __init__(
         self,
         conn: RemoteConnection,
         traits: ServerTraits,
         new_client: Callable[[], httpx2.Client],
+        *,
+        name: str | None = None,
+        address: str | None = None,
     ) -> None:
-        """``new_client``: a client for one conversation's connection."""
+        """``new_client``: a client for one conversation's connection; ``name`` and
+        ``address``: see :class:`~app.remote.loader.RemoteLoader`."""
         self.conn = conn
+        self.machine = name or conn.label
+        self.address = address
         self.traits = traits
         self._new_client = new_client
         self._seqs: dict[int, _Seq] = {}
@@ -105,6 +121,9 @@ class RemoteEngine:
         self._stop_all = False
         self._lock = threading.Lock()
         self._closed = False
+        self._slot_owner: dict[int, int] = {}  # slot -> the conversation whose cache it holds
+        self._slots_down_until = 0.0  # monotonic: slot saves not tried before then
+        self.renderer = Renderer(traits.chat_template, traits.bos_token, traits.eos_token)
         self._reasoning = (
             detect_format(traits.chat_template)
             if traits.chat_template
@@ -115,6 +134,10 @@ class RemoteEngine:
         self.default_policy = ContextFullPolicy.SHIFT
 
     # ---------------------------------------------------------------- what it is
+
+    @property
+    def capabilities(self) -> Capability:
+        return Capability.STATE_FILES if self.traits.slot_files else Capability.NONE
 
     @property
     def ready(self) -> bool:
@@ -132,10 +155,10 @@ class RemoteEngine:
     @property
     def engine_name(self) -> str:
         """Which machine and server answer ("llama-server on gpu-box:8080")."""
-        return f"{self.traits.kind.value} on {self.conn.label}"
+        return f"{self.traits.kind.value} on {self.machine}"
 
     def describe(self) -> LoadedModel:
-        return loaded_model(self.traits, self.fingerprint, self.engine_name)
+        return loaded_model(self.traits, self.fingerprint, self.engine_name, self.address)
 
     def memory(self) -> EngineMemory:
         return EngineMemory(n_ctx=self.traits.n_ctx or 0)
@@ -170,6 +193,8 @@ class RemoteEngine:
         seq = self._seqs.pop(key, None)
         if seq is None:
             return
+        if seq.slot is not None and self._slot_owner.get(seq.slot) == key:
+            del self._slot_owner[seq.slot]  # (its file, if saved, is the session's to restore)
         if seq.turn is not None:
             seq.line.close_after_turn()  # the worker may still be in the client
             seq.turn.cancel()  # the server frees the slot when the stream closes
@@ -177,13 +202,22 @@ class RemoteEngine:
             seq.line.client.close()
 
     def cut(self, key: int) -> None:
-        self._seq(key).n_tokens = 0  # the server's cache follows the prompt it is sent
+        seq = self._seq(key)
+        seq.n_tokens = 0  # the server's cache follows the prompt it is sent
+        seq.held = ()
 
     def tokens(self, key: int) -> tuple[int, ...]:
         return ()
 
     def holds_anything(self, key: int) -> bool:
-        return False  # nothing here to save: the server holds the cache
+        """Whether its slot holds this conversation's cache (a slot file can save it)."""
+        seq = self._seq(key)
+        return (
+            self.traits.slot_files
+            and seq.slot is not None
+            and self._slot_owner.get(seq.slot) == key
+            and seq.n_tokens > 0
+        )
 
     def slot(self, key: int) -> int | None:
         """The server slot the conversation is pinned to (None: no slots)."""
@@ -226,8 +260,15 @@ class RemoteEngine:
             assert turn is not None
             self._inbox.put((turn, event))
 
-        turn = RemoteTurn(key, seq.line, self.conn, body, sink, self._reasoning)
+        route = (
+            (sampling, seq.held, self.renderer, prompt.reasoning)
+            if self.traits.token_prompts
+            else None
+        )
+        turn = RemoteTurn(key, seq.line, self.conn, body, sink, self._reasoning, tokens=route)
         seq.turn = turn
+        if seq.slot is not None:
+            self._slot_owner[seq.slot] = key
         seq.answer, seq.reasoning = [], []
         seq.reasoning_start = seq.reasoning_end = 0.0
         seq.sent_at = time.perf_counter()
@@ -310,6 +351,8 @@ class RemoteEngine:
     ) -> None:
         now = time.perf_counter()
         seq.turn = None
+        if ended is not None:  # (a turn given up leaves what it held before)
+            seq.held = (seq.held + ended.held)[-MAX_HELD:]
         figures = ended.figures if ended is not None else None
         first = ended.first_token_at if ended is not None else 0.0
         last = ended.last_token_at if ended is not None else 0.0
@@ -336,6 +379,10 @@ class RemoteEngine:
             seq.n_tokens = completion.n_prompt + (figures.n_generated or 0)
         else:
             completion.n_sampled = n_pieces
+        # no token ids come back: the reply's length is the server's count (usage's
+        # completion_tokens, timings.predicted_n), else the streamed pieces (one token each
+        # on llama-server and LlamaDesk)
+        completion.n_reply_tokens = completion.n_sampled
         measured_prompt_ms = ((first or now) - seq.sent_at) * 1000.0
         completion.prompt_ms = (
             figures.prompt_ms if figures and figures.prompt_ms is not None else measured_prompt_ms
@@ -355,14 +402,47 @@ class RemoteEngine:
     def fork(self, key: int, messages: tuple[ChatMessage, ...], system: str) -> Forked:
         raise LlamaDeskError(capability_missing(Capability.FORK_CACHE))
 
+    def _slot_of(self, key: int) -> tuple[_Seq, int]:
+        seq = self._seq(key)
+        if not self.traits.slot_files or seq.slot is None:
+            raise LlamaDeskError(capability_missing(Capability.STATE_FILES))
+        if seq.turn is not None:
+            raise LlamaDeskError("This conversation is still answering.")
+        return seq, seq.slot
+
     def save(self, key: int) -> bytes:
-        raise LlamaDeskError(capability_missing(Capability.STATE_FILES))
+        """Save the conversation's slot to its file on the server; the bytes name it."""
+        seq, slot = self._slot_of(key)
+        if self._slot_owner.get(slot) != key:
+            raise LlamaDeskError("Its slot holds another conversation's cache now.")
+        if time.monotonic() < self._slots_down_until:
+            raise LlamaDeskError(f"{self.conn.label} did not answer just now: not saved.")
+        seq.slot_file = seq.slot_file or new_slot_name()
+        try:
+            return save_slot(seq.line.client, self.conn, slot, seq.slot_file).to_bytes()
+        except SlotServerDown:
+            self._slots_down_until = time.monotonic() + SLOTS_DOWN_S  # the other tabs' too
+            raise
 
     def parked_state(self, key: int) -> bytes | None:
-        return None
+        return None  # the server never parks a conversation here
 
     def restore(self, key: int, data: bytes) -> Restored:
-        raise LlamaDeskError(capability_missing(Capability.STATE_FILES))
+        """Restore the conversation's slot file into its slot (REFUSED with the server's
+        sentence: the next turn re-sends the text, as it would anyway)."""
+        seq, slot = self._slot_of(key)
+        saved = SlotFile.of(data)
+        if saved is None:
+            return Restored(RestoreOutcome.REFUSED, "The saved state is no llama-server slot.")
+        try:
+            n = restore_slot(seq.line.client, self.conn, slot, saved.name)
+        except LlamaDeskError as exc:
+            return Restored(RestoreOutcome.REFUSED, str(exc))
+        self._slot_owner[slot] = key
+        seq.slot_file = saved.name  # saved again under the same name
+        seq.n_tokens = n
+        seq.held = ()  # its tokens are the server's: the next turn sends the whole text
+        return Restored(RestoreOutcome.RESTORED)
 
     def save_file(self, key: int, path: str) -> int:
         raise LlamaDeskError(capability_missing(Capability.STATE_FILES))

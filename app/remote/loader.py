@@ -16,7 +16,7 @@ import httpx2
 from app.engine import ContextSettings, ModelSettings
 from app.remote.connection import RemoteConnection
 from app.remote.engine import RemoteEngine
-from app.remote.probe import probe
+from app.remote.probe import ServerTraits, probe
 from app.session.engine_port import Loaded, Progress
 
 
@@ -38,8 +38,15 @@ class RemoteLoader:
     """See the module docstring. ``engine`` is the last engine it loaded (a client such as
     the command line reads what the server reported from it after a turn)."""
 
-    def __init__(self, conn: RemoteConnection) -> None:
+    def __init__(
+        self, conn: RemoteConnection, *, name: str | None = None, address: str | None = None
+    ) -> None:
+        """``name``: the machine as the window calls it ("gpu-box"; default: the URL's
+        host and port); ``address``: what the loaded model's path is (the window's
+        ``remote://`` address; default: the model's name on the server)."""
         self.conn = conn
+        self.name = name
+        self.address = address
         self.engine: RemoteEngine | None = None
 
     def check(self, path: str) -> None:
@@ -70,7 +77,18 @@ class RemoteLoader:
         with new_client(conn, 1, tls) as client:
             traits = probe(client, conn)
         progress(1.0)
-        engine = RemoteEngine(conn, traits, lambda: new_client(conn, 1, tls))
+        engine = RemoteEngine(
+            conn, traits, lambda: new_client(conn, 1, tls), name=self.name, address=self.address
+        )
         self.engine = engine
         notes = traits.unavailable()
         return Loaded(engine, " ".join(notes) if notes else None)
+
+
+def probe_connection(conn: RemoteConnection) -> ServerTraits:
+    """What the server at ``conn`` is (Preferences ▸ Engines' Test): raises
+    :class:`~app.remote.faults.RemoteError` with a sentence when it cannot be used, and
+    :class:`~app.remote.connection.RemoteConnectionError` for an unusable URL."""
+    conn.validate()
+    with new_client(conn, 1, httpx2.create_ssl_context()) as client:
+        return probe(client, conn)

@@ -28,6 +28,7 @@ import httpx2
 from app.engine import ContextSettings, ModelInfo
 from app.remote.connection import PROBE_TIMEOUT_S, RemoteConnection
 from app.remote.faults import FaultKind, RemoteError, RemoteFault, status_fault, transport_fault
+from app.remote.slots import probe_slot_files
 from app.session.types import LoadedModel
 
 
@@ -51,6 +52,10 @@ class ServerTraits:
     can_tokenize: bool = False
     reports_cached: bool | None = None  # None: unknown until a reply says
     reports_progress: bool = False  # prompt progress chunks (llama-server's return_progress)
+    slot_files: bool = False  # slots saved to and restored from files (--slot-save-path)
+    token_prompts: bool = False  # /apply-template and token prompts on /completion
+    bos_token: str = ""  # the texts of the model's BOS and EOS (its template reads them)
+    eos_token: str = ""
 
     @property
     def keeps_prompt_cache(self) -> bool:
@@ -122,6 +127,20 @@ def _positive_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def _renders(client: httpx2.Client, conn: RemoteConnection) -> bool:
+    """Whether ``/apply-template`` renders a chat (llama-server's; the token route)."""
+    try:
+        response = client.post(
+            conn.root + "/apply-template",
+            json={"messages": [{"role": "user", "content": "hi"}]},
+            timeout=probe_timeout(conn),
+        )
+    except httpx2.HTTPError:
+        return False
+    data = _json(response) if response.status_code == 200 else None
+    return isinstance(data, dict) and isinstance(data.get("prompt"), str)
+
+
 def probe(client: httpx2.Client, conn: RemoteConnection) -> ServerTraits:
     """See the module docstring; raises :class:`RemoteError` when the server cannot be used."""
     listed = _get(client, conn, "/v1/models")
@@ -156,6 +175,7 @@ def probe(client: httpx2.Client, conn: RemoteConnection) -> ServerTraits:
         build = str(props.get("build_info") or "")
         kind = ServerKind.LLAMADESK if build.startswith("LlamaDesk") else ServerKind.LLAMA_SERVER
         template = props.get("chat_template")
+        slots = _positive_int(props.get("total_slots")) or 0
         return ServerTraits(
             kind=kind,
             models=names,
@@ -163,10 +183,16 @@ def probe(client: httpx2.Client, conn: RemoteConnection) -> ServerTraits:
             version=build,
             n_ctx=_positive_int(props["default_generation_settings"].get("n_ctx")),
             chat_template=template if isinstance(template, str) and template else None,
-            total_slots=_positive_int(props.get("total_slots")) or 0,
+            total_slots=slots,
             can_tokenize=True,
             reports_cached=True,
             reports_progress=kind is ServerKind.LLAMA_SERVER,
+            slot_files=kind is ServerKind.LLAMA_SERVER
+            and slots > 0
+            and probe_slot_files(client, conn),
+            token_prompts=kind is ServerKind.LLAMA_SERVER and _renders(client, conn),
+            bos_token=str(props.get("bos_token") or ""),
+            eos_token=str(props.get("eos_token") or ""),
         )
     if entry.get("owned_by") == "vllm":
         version = _json(_get(client, conn, "/version"))
@@ -186,12 +212,15 @@ def probe(client: httpx2.Client, conn: RemoteConnection) -> ServerTraits:
     return ServerTraits(kind=ServerKind.OPENAI, models=names, model=model)
 
 
-def loaded_model(traits: ServerTraits, fingerprint: str, engine: str) -> LoadedModel:
-    """What the session says is loaded: the remote model by name, the context the server
-    gives each conversation (0: it does not say), no file, no local memory."""
+def loaded_model(
+    traits: ServerTraits, fingerprint: str, engine: str, address: str | None = None
+) -> LoadedModel:
+    """What the session says is loaded: the remote model by name (its path: ``address``,
+    else the name), the context the server gives each conversation (0: it does not say),
+    no file, no local memory."""
     n_ctx = traits.n_ctx or 0
     info = ModelInfo(
-        path=traits.model,
+        path=address or traits.model,
         size_bytes=0,
         architecture="remote",
         name=traits.model,

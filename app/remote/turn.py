@@ -13,12 +13,17 @@ waits for the response's headers (a long prompt), each conversation has a
 :class:`Line` of its own: one kept-alive connection, whose socket httpcore's ``trace``
 extension reports when it connects.
 
+On llama-server a turn may take the token route (:mod:`app.remote.completion`): its
+prompt is rendered and tokenized first (on this worker thread too), then streamed from
+``/completion``; its :class:`Ended` carries what the server's cache holds afterwards.
+
 Retries only where the turn cannot run twice: a connection that failed before the request
 was sent, and one 429 whose ``Retry-After`` is within the connection's bound.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import threading
@@ -29,10 +34,29 @@ from typing import Any
 
 import httpx2
 
+from app.engine import SamplingParams
+from app.engine.chat_template import ReasoningOptions
 from app.engine.reasoning import Channel, ReasoningFormat, ReasoningSplitter
+from app.remote.completion import (
+    ROUTE,
+    Held,
+    Prepared,
+    Renderer,
+    finish_of,
+    held_after,
+    prepare,
+    read_piece,
+)
 from app.remote.connection import RemoteConnection
-from app.remote.faults import FaultKind, RemoteFault, malformed, status_fault, transport_fault
-from app.remote.wire import Figures, read_chunk
+from app.remote.faults import (
+    FaultKind,
+    RemoteError,
+    RemoteFault,
+    malformed,
+    status_fault,
+    transport_fault,
+)
+from app.remote.wire import Chunk, Figures, read_chunk
 
 CONNECT_RETRIES = 2  # more tries after a refused connection
 CONNECT_BACKOFF_S = 0.25  # doubled each try
@@ -63,9 +87,11 @@ class Ended:
     first_token_at: float = 0.0  # perf_counter() of the first streamed text (0: none)
     last_token_at: float = 0.0
     n_pieces: int = 0  # streamed chunks with text (a token count where the server says none)
+    held: tuple[Held, ...] = ()  # the token route's prompt (and reply), as the cache holds them
 
 
 TurnEvent = Streamed | Progressed | Ended
+TokenRoute = tuple[SamplingParams, tuple[Held, ...], Renderer, ReasoningOptions]
 
 
 class Line:
@@ -116,7 +142,11 @@ class RemoteTurn:
         body: dict[str, Any],
         sink: Callable[[TurnEvent], None],
         reasoning: ReasoningFormat,
+        *,
+        tokens: TokenRoute | None = None,
     ) -> None:
+        """``tokens``: take the token route (the turn's sampling, what the last turn left
+        in the cache, the engine's renderer, the turn's reasoning options)."""
         self.key = key
         self._line = line
         self._conn = conn
@@ -127,6 +157,12 @@ class RemoteTurn:
         self._first_at = 0.0
         self._last_at = 0.0
         self._n_pieces = 0
+        self._tokens = tokens
+        self._prepared: Prepared | None = None
+        self._reply: list[str] = []
+        self._reply_tokens: list[int] = []
+        self._stop_type: str | None = None
+        self._n_predicted: int | None = None
         self._thread = threading.Thread(target=self._run, name=f"remote-turn-{key}", daemon=True)
 
     def start(self) -> None:
@@ -153,6 +189,16 @@ class RemoteTurn:
         self._sink(ended)
 
     def _attempts(self) -> Ended:
+        if self._tokens is not None:
+            sampling, held, renderer, reasoning = self._tokens
+            client = self._line.client
+            try:
+                text = renderer.render(client, self._conn, self._body, reasoning)
+                self._prepared = prepare(self._body, sampling, held, text)
+            except RemoteError as exc:
+                if self._cancelled.is_set():
+                    return self._ended(None, None, cancelled=True)
+                return self._ended(None, None, exc.fault)
         backoff = CONNECT_BACKOFF_S
         connect_tries = 0
         waited_429 = False
@@ -181,13 +227,15 @@ class RemoteTurn:
             return ended
 
     def _once(self) -> Ended:
-        url = self._conn.root + "/v1/chat/completions"
+        prepared = self._prepared
+        url = self._conn.root + (ROUTE if prepared is not None else "/v1/chat/completions")
+        payload = prepared.body if prepared is not None else self._body
         headers = self._conn.headers() | {"Accept": "text/event-stream"}
         streaming = False
         extensions = {"trace": self._line.trace}
         try:
             with self._line.client.stream(
-                "POST", url, json=self._body, headers=headers, extensions=extensions
+                "POST", url, json=payload, headers=headers, extensions=extensions
             ) as response:
                 if self._cancelled.is_set():
                     return self._ended(None, None, cancelled=True)
@@ -235,6 +283,8 @@ class RemoteTurn:
                 return self._ended(finish, figures, fault)
             if chunk.progress is not None:
                 self._sink(Progressed(self.key, *chunk.progress))
+            if self._prepared is not None:
+                chunk = self._token_chunk(parsed, chunk)
             if chunk.reasoning:
                 self._emit(Channel.REASONING, chunk.reasoning)
             if chunk.answer:
@@ -254,6 +304,17 @@ class RemoteTurn:
             self._emit(piece.channel, piece.text)
         return self._ended(finish, figures)
 
+    def _token_chunk(self, data: dict[str, Any], chunk: Chunk) -> Chunk:
+        """A ``/completion`` chunk as a chat chunk (its text, its end), keeping its tokens."""
+        piece = read_piece(data)
+        self._reply.append(piece.content)
+        self._reply_tokens += piece.tokens
+        if piece.stop_type is not None:
+            self._stop_type, self._n_predicted = piece.stop_type, piece.n_predicted
+        return dataclasses.replace(
+            chunk, answer=piece.content, finish_reason=finish_of(piece.stop_type)
+        )
+
     def _emit(self, channel: Channel, text: str) -> None:
         now = time.perf_counter()
         if not self._first_at:
@@ -270,6 +331,17 @@ class RemoteTurn:
         *,
         cancelled: bool = False,
     ) -> Ended:
+        held: tuple[Held, ...] = ()
+        if self._prepared is not None:
+            # a failed or cancelled reply keeps the prompt's parts only (the stop type
+            # is not known then)
+            held = held_after(
+                self._prepared,
+                "".join(self._reply),
+                self._reply_tokens,
+                self._stop_type if fault is None and not cancelled else None,
+                self._n_predicted,
+            )
         return Ended(
             self.key,
             finish,
@@ -279,4 +351,5 @@ class RemoteTurn:
             self._first_at,
             self._last_at,
             self._n_pieces,
+            held,
         )

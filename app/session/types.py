@@ -83,7 +83,9 @@ class TurnResult:
         return cls(
             text=completion.text,
             finish_reason=FinishReason.parse(completion.finish_reason),
-            n_tokens=len(completion.tokens),
+            n_tokens=len(completion.tokens)
+            if completion.n_reply_tokens is None
+            else completion.n_reply_tokens,
             n_prompt=completion.n_prompt,
             n_prompt_processed=completion.n_prompt_processed,
             prompt_ms=completion.prompt_ms,

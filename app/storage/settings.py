@@ -187,6 +187,8 @@ class AppSettings:
     # The Hugging Face Hub's address (a mirror); "" is HF_ENDPOINT, else huggingface.co.
     # HF_ENDPOINT, when set, wins (app.hub.config.endpoint): the environment is explicit.
     hub_endpoint: str = field(default="", metadata=_ok(endpoint_problem))
+    # Preferences ▸ Engines' remote connections (read through app.remote.saved; no keys)
+    remote_connections: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

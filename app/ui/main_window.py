@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 from app import paths
 from app.engine import ContextSettings
 from app.errors import LlamaDeskError
+from app.remote.saved import is_address
 from app.session import LoadedModel, Session
 from app.session import events as ev
 from app.storage import AppSettings, Database, StateStore, load_settings
@@ -89,7 +90,11 @@ class MainWindow(QMainWindow):
             else StateStore(quota_bytes=self.app_settings.state_quota_bytes)
         )
         # the session saves streaming replies on its thread (not when read-only)
-        self.worker = EngineWorker(self.store, None if read_only else db)
+        from app.ui.engines_models import window_loader  # local files and remote models
+
+        self.worker = EngineWorker(
+            self.store, None if read_only else db, window_loader(self.app_settings)
+        )
         self.session: Session = self.worker.session
         self.model: LoadedModel | None = None
         self.tabs_ui = WindowTabs(self, self)
@@ -239,7 +244,7 @@ class MainWindow(QMainWindow):
 
     def initial_model_path(self) -> str | None:
         last = self.app_settings.last_model_path
-        if last and Path(last).is_file():
+        if last and (Path(last).is_file() or is_address(last)):  # a remote model: its address
             return last
         demo = paths.demo_model_path()
         if demo.is_file():

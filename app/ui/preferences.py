@@ -1,9 +1,10 @@
 """Settings -> Preferences…: how the app looks and behaves, separate from the context.
 
-Four sections: General (theme, the chat's font size, which key sends, reopening tabs),
+Five sections: General (theme, the chat's font size, which key sends, reopening tabs),
 New conversations (default system prompt and sampling: the schema's editors and ranges,
 the ones the chat's own controls use), Storage (the state-cache quota beside what is used
-now) and Hugging Face (the Hub's address for mirrors, the access token).
+now), Hugging Face (the Hub's address for mirrors, the access token) and Engines (remote
+servers, :mod:`app.ui.engines_page`; saved at once).
 
 The dialog edits the window's own :class:`~app.storage.AppSettings`. OK and Apply check
 every value (a sentence in the dialog names the first wrong one and nothing is changed),
@@ -162,6 +163,10 @@ class PreferencesDialog(QDialog):
         self.tabs.addTab(self._build_new_conversations(), "New conversations")
         self.tabs.addTab(self._build_storage(), "Storage")
         self.tabs.addTab(self._build_hub(), "Hugging Face")
+        from app.ui.engines_page import EnginesPage  # remote engines (saved at once)
+
+        self.engines_page = EnginesPage(self._settings, self._save)
+        self.tabs.addTab(self.engines_page, "Engines")
         outer.addWidget(self.tabs, 1)
         self.status = QLabel()
         self.status.setObjectName("preferences-status")

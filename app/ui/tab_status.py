@@ -58,6 +58,7 @@ class TabFigures:
     restore_error: str | None = None  # why the saved cache was refused (re-read)
     on_disk: bool = False  # saved, out of the context
     forked: bool = False  # opened as a fork of another conversation's cache
+    engine: str = ""  # which machine answers when not this one (app.ui.engines_models)
 
     def apply(self, event: StatusEvent) -> TabFigures:
         """These figures after ``event``."""
@@ -110,6 +111,12 @@ def cache_note(info: TabFigures) -> CacheNote:
 
 
 def state_text(state: TabState, prompt: tuple[int, int], tok_s: float, info: TabFigures) -> str:
+    """What the tab does in words, and which machine answers where not this one."""
+    words = _state_words(state, prompt, tok_s, info)
+    return f"{words} · {info.engine}" if info.engine else words
+
+
+def _state_words(state: TabState, prompt: tuple[int, int], tok_s: float, info: TabFigures) -> str:
     """What the tab does in words (``prompt``: the prompt's tokens done and in all)."""
     match state:
         case TabState.QUEUED:

@@ -4,6 +4,7 @@ manager, a model file chosen or dropped, and what follows a model loading or goi
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ from app import paths
 from app.engine import ContextSettings
 from app.errors import LlamaDeskError
 from app.session import ContextFullPolicy, LoadedModel
+from app.ui.engines_models import EnginesPicker, down_note, engine_note
 from app.ui.model_picker import ModelPicker
 
 if TYPE_CHECKING:
@@ -44,6 +46,7 @@ class WindowModels:
         self._model_manager: ModelManager | None = None
         self.models_dialog: ModelManagerDialog | None = None
         self._file_dialog: QFileDialog | None = None
+        self.engine_down = ""  # why the last remote model did not load (the tabs say it)
 
     def build_no_model_banner(self) -> QFrame:
         """Shown over the chats while no model is loaded (Send is disabled then)."""
@@ -66,7 +69,8 @@ class WindowModels:
     def build_picker(self) -> ModelPicker:
         """The model picker in the toolbar (its menu is the banner button's too)."""
         win = self.win
-        self.model_picker = ModelPicker(win.db)
+        # local files and the Engines' connections' models together
+        self.model_picker = EnginesPicker(win.db, win.app_settings)
         self.model_picker.loadRequested.connect(win.load_model)
         self.model_picker.unloadRequested.connect(win.unload_model)
         self.model_picker.discoverRequested.connect(win.show_discover)
@@ -94,6 +98,7 @@ class WindowModels:
         self.loading_path = path
         win.load_bar.setValue(0)
         win.show_loading(True)
+        self.engine_down = ""
         win.model_label.setText(f"Loading {Path(path).name}…")
         if self._model_manager is not None:
             self._model_manager.set_loading(path, 0.0)
@@ -115,6 +120,15 @@ class WindowModels:
         win = self.win
         name = win.model.info.display_name if win.model is not None else None
         self.model_picker.set_state(win.model_path(), self.loading_path, name)
+        self.sync_engine_notes()
+
+    def sync_engine_notes(self) -> None:
+        """Each tab says which machine answers (or that the remote one did not)."""
+        win = self.win
+        note = engine_note(win.app_settings, win.model) if win.model else self.engine_down
+        for tab in win.tabs():
+            if tab.info.engine != note:
+                tab.show_figures(replace(tab.info, engine=note))
 
     def choose_model_file(self) -> None:
         from app.ui.model_manager import start_folder
@@ -249,6 +263,7 @@ class WindowModels:
         win.show_loading(False)
         win.update_model_labels()
         win.show_message(message)
+        self.engine_down = down_note(win.app_settings, path)  # a local file: ""
         if self._model_manager is not None:
             self._model_manager.set_loading(None, 0.0)
             self._model_manager.show_error(path, message)

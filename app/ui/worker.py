@@ -24,6 +24,7 @@ from app.storage import Database, StateStore
 
 if TYPE_CHECKING:
     from app.engine import Engine
+    from app.session.engine_port import EngineLoader
 
 T = TypeVar("T")
 
@@ -44,13 +45,18 @@ class EngineWorker(QObject):
     conversationEvent = Signal(object)  # every conversation's events (observers: tests, benchmarks)
     _called = Signal(object, object)  # (callback, result or exception), to the GUI thread
 
-    def __init__(self, store: StateStore | None, database: Database | None = None) -> None:
+    def __init__(
+        self,
+        store: StateStore | None,
+        database: Database | None = None,
+        loader: EngineLoader | None = None,  # None: local files only
+    ) -> None:
         super().__init__(None)
         # The session's Python work between decodes holds the GIL; by default a thread
         # waiting for it (the GUI) may wait 5 ms per switch, which adds up to dropped
         # frames. 1 ms keeps the GUI's waits short at a negligible cost.
         sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
-        self.session = Session(store, database, name="engine")
+        self.session = Session(store, database, name="engine", loader=loader)
         self._streams: dict[int, tuple[ConversationStream, Callable[[], None]]] = {}
         self._unsubscribe = self.session.subscribe_session(self._on_session_event)
         self._called.connect(self._deliver)

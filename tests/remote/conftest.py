@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from app.engine import ContextSettings
+from app.engine import ContextSettings, SamplingParams
 from app.remote import RemoteConnection, RemoteLoader
 from app.session import Session
 from app.session import events as ev
-from app.storage import Database
+from app.storage import Database, StateStore
 from tests.remote.stub_server import StubServer
 from tests.support.gguf_models import TinySpec, write_tiny_model
 from tests.support.serve_process import ServeProcess
@@ -76,10 +76,16 @@ class Turn:
 class RemoteChat:
     """A session on a remote engine, recording into ``db_path``."""
 
-    def __init__(self, conn: RemoteConnection, db_path: Path, model: str = "") -> None:
+    def __init__(
+        self,
+        conn: RemoteConnection,
+        db_path: Path,
+        model: str = "",
+        store: StateStore | None = None,
+    ) -> None:
         self.loader = RemoteLoader(conn)
         self.db = Database.open(db_path)
-        self.session = Session(None, self.db, stream_interval_s=0.0, loader=self.loader)
+        self.session = Session(store, self.db, stream_interval_s=0.0, loader=self.loader)
         self.events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.session.subscribe_session(self.events.put)
         self.session.load_model(model, ContextSettings())
@@ -101,10 +107,10 @@ class RemoteChat:
         self.session.open(cid)
         return cid, events
 
-    def send(self, cid: int, text: str) -> Any:
+    def send(self, cid: int, text: str, sampling: SamplingParams | None = None) -> Any:
         thread = self.db.get_thread(cid)
         parent = thread[-1].id if thread else None
-        return self.session.answer(cid, parent, text)
+        return self.session.answer(cid, parent, text, sampling=sampling)
 
     def wait(
         self, future: Any, events: queue.SimpleQueue[Any], timeout: float = TURN_TIMEOUT_S
@@ -126,8 +132,14 @@ class RemoteChat:
                     event.result, failed, recorded.reply_message_id, "".join(text), progress
                 )
 
-    def turn(self, cid: int, events: queue.SimpleQueue[Any], text: str) -> Turn:
-        return self.wait(self.send(cid, text), events)
+    def turn(
+        self,
+        cid: int,
+        events: queue.SimpleQueue[Any],
+        text: str,
+        sampling: SamplingParams | None = None,
+    ) -> Turn:
+        return self.wait(self.send(cid, text, sampling), events)
 
     def close(self) -> None:
         self.session.shutdown()
@@ -139,8 +151,11 @@ class RemoteChat:
 def remote_chat(tmp_path: Path) -> Iterator[Callable[..., RemoteChat]]:
     chats: list[RemoteChat] = []
 
-    def make(url: str, model: str = "", **options: Any) -> RemoteChat:
-        chat = RemoteChat(RemoteConnection(url, **options), tmp_path / "chats.sqlite3", model)
+    def make(
+        url: str, model: str = "", store: StateStore | None = None, **options: Any
+    ) -> RemoteChat:
+        conn = RemoteConnection(url, **options)
+        chat = RemoteChat(conn, tmp_path / "chats.sqlite3", model, store)
         chats.append(chat)
         return chat
 
