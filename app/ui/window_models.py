@@ -23,6 +23,7 @@ from app import paths
 from app.engine import ContextSettings
 from app.errors import LlamaDeskError
 from app.session import ContextFullPolicy, LoadedModel
+from app.ui.devices_settings import load_device_settings
 from app.ui.model_picker import ModelPicker
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ class WindowModels:
             path,
             ContextSettings.from_dict(dict(win.app_settings.context)),
             ContextFullPolicy.parse(win.context_policy()) or ContextFullPolicy.SHIFT,
+            model_settings=load_device_settings().model_settings(),  # app/ui/devices_settings
         )
         win.update_stack()
 

@@ -50,7 +50,9 @@ class EngineWorker(QObject):
         # waiting for it (the GUI) may wait 5 ms per switch, which adds up to dropped
         # frames. 1 ms keeps the GUI's waits short at a negligible cost.
         sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
-        self.session = Session(store, database, name="engine")
+        from app.offload_loader import OffloadLoader  # remote devices in a child (issue 22)
+
+        self.session = Session(store, database, name="engine", loader=OffloadLoader())
         self._streams: dict[int, tuple[ConversationStream, Callable[[], None]]] = {}
         self._unsubscribe = self.session.subscribe_session(self._on_session_event)
         self._called.connect(self._deliver)
