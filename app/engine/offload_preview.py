@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine import devices as dev
-from app.engine.metadata import read_model_header
+from app.engine.metadata import ModelInfo, read_model_header
 from app.engine.offload import context_bytes
-from app.engine.offload_plan import OffloadPlan, PlanDevice, layer_sizes, plan
+from app.engine.offload_plan import LayerSizes, OffloadPlan, PlanDevice, layer_sizes, plan
 from app.engine.rpc_probe import RpcProbeError, RpcServerInfo, parse_endpoints, probe
 from app.engine.settings import ContextSettings, ModelSettings
 from app.settings_schema.device_fields import (
@@ -104,3 +104,31 @@ def preview(
         parse_tensor_split(settings.tensor_split) if split_mode else (),
     )
     return PlanPreview(the_plan, f"{the_plan.describe()}; {tabs_text(context)}", problems)
+
+
+def preview_by_size(
+    size: int,
+    info: ModelInfo,
+    settings: ModelSettings | None = None,
+    context: ContextSettings | None = None,
+    remote: tuple[PlanDevice, ...] = (),
+) -> PlanPreview:
+    """The plan of a file not yet downloaded (Discover): its header's layer count and the
+    file's size spread evenly over the layers and the output layer (no tensor table)."""
+    settings = settings or ModelSettings()
+    context = context or ContextSettings()
+    n_layer = max(1, info.n_layer)
+    share = size // (n_layer + 1)
+    sizes = LayerSizes((share,) * n_layer, share, 0)
+    names = tuple(n for n in split_names(settings.devices) if not n.upper().startswith("RPC"))
+    chosen = (*remote, *local_devices(names))
+    split_mode = SPLIT_MODES[settings.split_mode]
+    planned = chosen if split_mode else chosen[settings.main_device : settings.main_device + 1]
+    the_plan = plan(
+        sizes,
+        context_bytes(info, context),
+        planned,
+        parse_gpu_layers(settings.gpu_layers) if planned else 0,
+        parse_tensor_split(settings.tensor_split) if split_mode else (),
+    )
+    return PlanPreview(the_plan, f"{the_plan.describe()}; {tabs_text(context)}")

@@ -69,6 +69,9 @@ class PlanLabel(QLabel):
 
         self._jobs.submit(job)
 
+    def set_context(self, context: Callable[[], ContextSettings]) -> None:
+        self._context = context
+
     def refresh(self) -> None:
         self.show_plan(self.path)
 

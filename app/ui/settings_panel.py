@@ -219,8 +219,8 @@ class SettingsPanel(QDialog):
         fields_layout.addWidget(self._advanced_section)
         from app.ui.devices_page import DevicesPage  # the Devices section (its own module)
 
-        info = self._model_info
-        self.devices_page = DevicesPage(str(info.path) if info else None, lambda: self._original)
+        info, original = self._model_info, self._original  # (no reference back to the panel)
+        self.devices_page = DevicesPage(str(info.path) if info else None, lambda: original)
         fields_layout.addWidget(self.devices_page)
         fields_layout.addStretch(1)
         scroll.setWidget(self._fields_widget)

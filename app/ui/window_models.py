@@ -153,6 +153,9 @@ class WindowModels:
                 log.warning("model manager unavailable: %s", exc)
                 return None
             manager = ModelManager(win.db)
+            manager.set_plan_context(
+                lambda: ContextSettings.from_dict(dict(win.app_settings.context))
+            )
             manager.loadRequested.connect(win.load_model)
             manager.unloadRequested.connect(win.unload_model)
             manager.cancelLoadRequested.connect(win.session.cancel_load)
