@@ -62,6 +62,14 @@ def beat() -> None:
         pass
 
 
+def self_command() -> list[str]:
+    """This program's command line: the bundle's executable when frozen (PyInstaller),
+    else this Python running the app package."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable]
+    return [sys.executable, "-m", "app"]
+
+
 def supervise_if_remote(args: Any, rpc_servers: str) -> int | None:
     """``run --rpc`` and ``bench --rpc``: the command's exit code after running it again in a
     watched child; None where it runs here (no remote device, or this is the child)."""
@@ -77,9 +85,7 @@ def run_supervised(argv: Sequence[str], endpoints: str, stall_s: float = STALL_S
     env = dict(os.environ)
     env[CHILD_ENV] = str(write_fd)
     try:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "app", *argv], env=env, pass_fds=(write_fd,)
-        )
+        child = subprocess.Popen([*self_command(), *argv], env=env, pass_fds=(write_fd,))
     finally:
         os.close(write_fd)
     last = time.monotonic()
@@ -180,7 +186,7 @@ class PrivateServer:
         argv = ["serve", model_path, "--host", "127.0.0.1", "--port", "0", "--no-persist"]
         argv += ["--parallel", str(max(1, parallel)), "--resident", "1"]
         self.child = subprocess.Popen(
-            [sys.executable, "-m", "app", *argv],
+            [*self_command(), *argv],
             env=env,
             stdin=subprocess.PIPE,  # never written: its end-of-file says the parent is gone
             stdout=subprocess.PIPE,
