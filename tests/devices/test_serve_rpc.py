@@ -93,3 +93,26 @@ def test_bench_rpc_reports_the_plan(model: Path, make_worker: Callable[[], Worke
     result = json.loads(done.stdout)
     assert result["plan"].startswith("All 2 layers on the CPU, the output layer on RPC")
     assert result["gen_tokens_per_s_1_tab"] > 0
+
+
+def test_serve_rpc_gives_up_a_reply_on_a_stopped_worker(
+    model: Path, tmp_path: Path, make_worker: Callable[[], Worker]
+) -> None:
+    import os
+    import signal
+
+    worker = make_worker()
+    args = [str(model), "--no-persist", "--rpc", worker.endpoint, "--gpu-layers", "all"]
+    server = ServeProcess(args, tmp_path / "c")
+    try:
+        assert _chat(server.url, "hello there").status_code == 200
+        os.kill(worker.process.pid, signal.SIGSTOP)  # hung: no answer, the socket stays open
+        t0 = time.monotonic()
+        stuck = _chat(server.url, "hello again")
+        assert stuck.status_code >= 500 and "error" in stuck.json()
+        assert time.monotonic() - t0 < 60
+        assert httpx2.get(f"{server.url}/health", timeout=10).status_code == 200
+    finally:
+        code, err = server.stop(timeout=60)
+    assert code == 0, err
+    assert "Traceback" not in err
