@@ -138,12 +138,3 @@ def cmd_rpc_worker(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     serve(endpoint, cache, args.threads)
     return 1
-
-
-def add_device_args(parser: Any, title: str = "devices (see `llamadesk devices`)") -> None:
-    """The device flags (``--gpu-layers``, ``--devices``, ``--split-mode``, ``--tensor-split``,
-    ``--main-device``, ``--rpc``) of ``run``, ``serve``, ``bench`` and ``inspect --fit``: one
-    source, the schema's device fields."""
-    from app.engine_cli import RUN_DEVICES, add_schema_args
-
-    add_schema_args(parser.add_argument_group(title), RUN_DEVICES)

@@ -17,7 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from app import devices_cli, remote_cli
+from app import remote_cli
 from app.errors import LlamaDeskError
 from app.settings_schema import (
     CONTEXT_FIELDS,
@@ -89,6 +89,11 @@ def add_schema_args(parser: Any, specs: tuple[FieldSpec, ...]) -> None:
         parser.add_argument(*cli.flags, **kwargs)
 
 
+def add_device_args(parser: Any, title: str = "devices (see `llamadesk devices`)") -> None:
+    """The device flags of run, serve, bench, models and inspect --fit: one source."""
+    add_schema_args(parser.add_argument_group(title), RUN_DEVICES)
+
+
 def schema_values(args: argparse.Namespace, specs: tuple[FieldSpec, ...]) -> dict[str, Any]:
     """The schema fields given on the command line (a ``None`` default: not given)."""
     values = {spec.name: getattr(args, cli_dest(spec)) for spec in specs}
@@ -125,7 +130,7 @@ def register(sub: Any) -> None:
         action="store_true",
         help="also say where the layers would go on this machine's devices (and --rpc workers)",
     )
-    devices_cli.add_device_args(p, "devices (with --fit)")
+    add_device_args(p, "devices (with --fit)")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser(
@@ -145,7 +150,7 @@ def register(sub: Any) -> None:
     add_schema_args(p.add_argument_group("sampling (each reply)"), RUN_SAMPLING)
     add_schema_args(p.add_argument_group("context"), RUN_CONTEXT)
     add_schema_args(p.add_argument_group("model"), RUN_MODEL)
-    devices_cli.add_device_args(p)
+    add_device_args(p)
     p.add_argument(
         "--parallel",
         type=int,
@@ -217,7 +222,7 @@ def register(sub: Any) -> None:
         help="tokens in the save/restore test (default 2000)",
     )
     add_schema_args(p, BENCH_CONTEXT)
-    devices_cli.add_device_args(p)
+    add_device_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_bench)
 

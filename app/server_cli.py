@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app import devices_cli, engine_cli, remote_cli
+from app import engine_cli, remote_cli
 from app.engine_cli import add_schema_args, context_settings, default_model_path
 from app.errors import LlamaDeskError
 from app.settings_schema import CONTEXT_FIELDS
@@ -89,7 +89,7 @@ def register(sub: Any) -> None:
     )
     add_schema_args(p.add_argument_group("context"), SERVE_CONTEXT)
     add_schema_args(p.add_argument_group("model"), engine_cli.RUN_MODEL)
-    devices_cli.add_device_args(p)  # where the layers go; --rpc: see cmd_serve
+    engine_cli.add_device_args(p)  # where the layers go; --rpc: see cmd_serve
     remote_cli.add_serve_args(p)  # serve --remote URL: app/remote_cli.py
     p.set_defaults(func=cmd_serve)
 

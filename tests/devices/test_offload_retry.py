@@ -17,7 +17,7 @@ from tests.support.gguf_models import TinySpec, write_tiny_model
 
 # ~13 MiB per layer (f32 weights: the feed-forward's three 512 x 2048 matrices and the
 # attention's), so the layers' sizes dwarf everything else the worker allocates.
-SPEC = TinySpec(n_embd=512, n_head=8, n_head_kv=4, n_layer=4, n_ff=2048)
+SPEC = TinySpec(n_embd=512, n_head=8, n_head_kv=4, n_layer=4, n_ff=2048, n_ctx_train=16384)
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +60,21 @@ def test_a_load_the_worker_cannot_hold_is_retried_with_fewer_layers(
     assert sentence in data["plan"]
     assert sentence in done.stderr and "warning" in done.stderr
     assert worker.process.poll() is None  # the worker is still serving
+
+
+def test_a_context_the_worker_cannot_hold_is_retried_with_fewer_layers(
+    big_model: Path, make_worker: Callable[..., Worker]
+) -> None:
+    """Two layers' weights fit the worker, but not with their K/V cache."""
+    cpu = _run(big_model, "--gpu-layers", "none", "--ctx", "8192")
+    assert cpu.returncode == 0, cpu.stderr
+    worker = make_worker("--memory-limit", "36")
+    done = _run(big_model, "--rpc", worker.endpoint, "--gpu-layers", "3", "--ctx", "8192")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["results"][0]["tokens"] == json.loads(cpu.stdout)["results"][0]["tokens"]
+    remote = next(d for d in data["devices"] if d["type"] == "remote")
+    assert len(remote["layers"]) < 2  # of the three asked for (2 + the output layer)
+    sentence = "could not allocate the context for 3 offloaded layers, so the model was loaded"
+    assert sentence in done.stderr, done.stderr
+    assert worker.process.poll() is None
