@@ -52,6 +52,7 @@ def _run(model: Path, n_gen: int, extra: list[str]) -> dict[str, Any]:
     return {
         "prompt_tps": t["prompt_tokens"] / max(1e-9, t["prompt_ms"] / 1000),
         "gen_tps": t["gen_tokens_per_s"],
+        "gen_tokens": t["generated_tokens"],
         "tokens": data["results"][0]["tokens"],
     }
 
@@ -60,7 +61,14 @@ PROMPT = " ".join(["the quick brown fox jumps over the lazy dog"] * 12)
 
 
 def _llama_server_runs(
-    binary: Path, model: Path, endpoint: str, gpu_layers: str, threads: int, n_gen: int, runs: int
+    binary: Path,
+    model: Path,
+    endpoint: str,
+    gpu_layers: str,
+    threads: int,
+    n_gen: int,
+    runs: int,
+    grammar: Path | None = None,
 ) -> list[dict[str, Any]]:
     """``llama-server --rpc`` on the same worker: its /completion timings, ``runs`` times
     (the prompt cache off, so each run reads the whole prompt)."""
@@ -78,10 +86,23 @@ def _llama_server_runs(
     out = []
     try:
         for _ in range(runs):
-            body = {"prompt": PROMPT, "n_predict": n_gen, "temperature": 0, "cache_prompt": False}
+            body: dict[str, Any] = {
+                "prompt": PROMPT,
+                "n_predict": n_gen,
+                "temperature": 0,
+                "cache_prompt": False,
+            }
+            if grammar is not None:  # the same replies as LlamaDesk's run --grammar
+                body["grammar"] = grammar.read_text()
             reply = httpx2.post(f"{server.url}/completion", json=body, timeout=600).json()
             t = reply["timings"]
-            out.append({"prompt_tps": t["prompt_per_second"], "gen_tps": t["predicted_per_second"]})
+            out.append(
+                {
+                    "prompt_tps": t["prompt_per_second"],
+                    "gen_tps": t["predicted_per_second"],
+                    "gen_tokens": t["predicted_n"],
+                }
+            )
     finally:
         server.close()
     return out
@@ -105,6 +126,12 @@ def main() -> int:
         metavar="PATH",
         help="also compare with llama.cpp's llama-server --rpc (built with -DGGML_RPC=ON)",
     )
+    parser.add_argument(
+        "--grammar",
+        type=Path,
+        default=None,
+        help="a GBNF file both sides follow (a reply the tiny models cannot end early)",
+    )
     args = parser.parse_args()
     reason = rpc_backend_missing()
     if reason:
@@ -120,6 +147,8 @@ def main() -> int:
         cpu, rpc = [], []
         for _ in range(args.runs):
             threads = ["-t", str(args.threads)]
+            if args.grammar is not None:
+                threads += ["--grammar", str(args.grammar)]
             cpu.append(_run(model, args.n_gen, [*threads, "--gpu-layers", "none"]))
             rpc.append(
                 _run(
@@ -137,6 +166,7 @@ def main() -> int:
                 args.threads,
                 args.n_gen,
                 args.runs,
+                args.grammar,
             )
             if args.llama_server is not None
             else []
@@ -159,6 +189,8 @@ def main() -> int:
     result["gen_ratio"] = round(result["cpu_rpc"]["gen_tps"] / result["cpu"]["gen_tps"], 3)
     if peer:
         theirs = {"prompt_tps": median(peer, "prompt_tps"), "gen_tps": median(peer, "gen_tps")}
+        theirs["gen_tokens"] = median(peer, "gen_tokens")
+        result["cpu_rpc"]["gen_tokens"] = median(rpc, "gen_tokens")
         result["llama_server_rpc"] = theirs
         result["vs_llama_server"] = {
             key: round(result["cpu_rpc"][key] / theirs[key], 3) for key in ("prompt_tps", "gen_tps")
