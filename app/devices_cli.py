@@ -60,6 +60,15 @@ def register(sub: Any) -> None:
         help="allow an address other than loopback: every machine that reaches the port "
         "can use this machine's devices, with no password",
     )
+    p.add_argument(
+        "--memory-limit",
+        type=int,
+        default=None,
+        metavar="MIB",
+        help="refuse allocations beyond MIB mebibytes more than the worker uses at start "
+        "(Linux: its address space): a client's load that asks for more is retried with "
+        "fewer layers",
+    )
     p.set_defaults(func=cmd_rpc_worker)
 
 
@@ -122,6 +131,10 @@ def cmd_rpc_worker(args: argparse.Namespace) -> int:
         raise LlamaDeskError(f"--threads must be at least 1, not {args.threads}.")
     # Received weights are the user's models: owner-only, as the rest of the data folder.
     cache: Path | None = make_private_dir(paths.data_dir() / "rpc-cache") if args.cache else None
+    if args.memory_limit is not None:
+        from app.engine.rpc_worker import limit_memory
+
+        limit_memory(args.memory_limit)
     sys.stdout.flush()
     serve(endpoint, cache, args.threads)
     return 1

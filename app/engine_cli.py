@@ -89,6 +89,11 @@ def add_schema_args(parser: Any, specs: tuple[FieldSpec, ...]) -> None:
         parser.add_argument(*cli.flags, **kwargs)
 
 
+def add_device_args(parser: Any, title: str = "devices (see `llamadesk devices`)") -> None:
+    """The device flags of run, serve, bench, models and inspect --fit: one source."""
+    add_schema_args(parser.add_argument_group(title), RUN_DEVICES)
+
+
 def schema_values(args: argparse.Namespace, specs: tuple[FieldSpec, ...]) -> dict[str, Any]:
     """The schema fields given on the command line (a ``None`` default: not given)."""
     values = {spec.name: getattr(args, cli_dest(spec)) for spec in specs}
@@ -125,7 +130,7 @@ def register(sub: Any) -> None:
         action="store_true",
         help="also say where the layers would go on this machine's devices (and --rpc workers)",
     )
-    add_schema_args(p.add_argument_group("devices (with --fit)"), RUN_DEVICES)
+    add_device_args(p, "devices (with --fit)")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser(
@@ -145,7 +150,7 @@ def register(sub: Any) -> None:
     add_schema_args(p.add_argument_group("sampling (each reply)"), RUN_SAMPLING)
     add_schema_args(p.add_argument_group("context"), RUN_CONTEXT)
     add_schema_args(p.add_argument_group("model"), RUN_MODEL)
-    add_schema_args(p.add_argument_group("devices (see `llamadesk devices`)"), RUN_DEVICES)
+    add_device_args(p)
     p.add_argument(
         "--parallel",
         type=int,
@@ -217,6 +222,7 @@ def register(sub: Any) -> None:
         help="tokens in the save/restore test (default 2000)",
     )
     add_schema_args(p, BENCH_CONTEXT)
+    add_device_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_bench)
 
@@ -410,9 +416,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.remote is not None or args.conversation is not None:
         return remote_cli.cmd_run_remote(args, sampling_params(args, _read_grammar(args.grammar)))
     placement = model_settings(args)
-    if placement.rpc_servers.strip() and not rpc_supervisor.in_child():
-        # A remote device's failure aborts the process that uses it: run in a watched child.
-        return rpc_supervisor.run_supervised(args._argv, placement.rpc_servers)
+    # A remote device's failure aborts the process that uses it: run in a watched child.
+    if (code := rpc_supervisor.supervise_if_remote(args, placement.rpc_servers)) is not None:
+        return code
     path, prompt = _resolve_model_and_prompt(args)
     reasoning = ReasoningOptions(
         # No choice: the model's default (llama-server's rule, app/engine/chat_template).
@@ -445,6 +451,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 raise LlamaDeskError(event.message)
             if isinstance(event, ev.ModelLoaded):
                 loaded = event.model
+                if event.warning:  # e.g. fewer GPU layers than planned (app.offload_loader)
+                    print(f"llamadesk: warning: {event.warning}", file=sys.stderr)
                 break
         t_load = time.perf_counter() - t0
         if args.resume_session:
@@ -585,7 +593,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     compare the engine's batch loop with llama.cpp's bare loop (benchmarks/bench_engine.py)
     and with itself across changes. ``run`` is the command that goes through the session."""
     from app.engine.bench import run_bench
+    from app.rpc_supervisor import beat, supervise_if_remote
 
+    per_model = model_settings(args)  # the device flags
+    if (code := supervise_if_remote(args, per_model.rpc_servers)) is not None:
+        return code
     for name in ("tabs", "n_prompt", "n_gen", "n_state"):
         if getattr(args, name) < 1:
             raise LlamaDeskError(
@@ -603,6 +615,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         n_gen=args.n_gen,
         n_state=args.n_state,
         threads=args.threads,
+        model_settings=per_model,
+        on_step=beat,
     )
     if args.json:
         print(json.dumps(result))

@@ -40,10 +40,14 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "models",
         help="list the model library",
-        description="List the model library: file, size, quantization, architecture and "
-        "whether each file fits this machine's memory.",
+        description="List the model library: file, size, quantization, architecture, "
+        "whether each file fits this machine's memory, and where its layers would go on "
+        "this machine's devices (and --rpc workers).",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    from app.engine_cli import add_device_args
+
+    add_device_args(p, "devices (the plan shown for each model)")
     p.set_defaults(func=cmd_models)
 
 
@@ -200,6 +204,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         entries = db.list_models()
     finally:
         db.close()
+    plan_for = _planner(args)
     rows: list[dict[str, Any]] = []
     for e in entries:
         meta = e.metadata or {}
@@ -221,6 +226,7 @@ def cmd_models(args: argparse.Namespace) -> int:
                 "quantization": quant,
                 "architecture": arch,
                 "fit": verdict,
+                "plan": plan_for(e.path) if e.metadata is not None else None,
                 "error": e.error,
             }
         )
@@ -238,4 +244,28 @@ def cmd_models(args: argparse.Namespace) -> int:
             f"{name:<44} {_fmt_size(int(r['size'])):>9} {r['quantization']:<8} "
             f"{r['architecture']:<10} {fit_text}"
         )
+        if r["plan"]:
+            print(f"{'':<4}{r['plan']}")
     return 0
+
+
+def _planner(args: argparse.Namespace) -> Any:
+    """The plan of a model file in words ("22 of 28 layers on CUDA0 (...), 6 on the CPU;
+    4 tabs of 8k"), with the device flags; the --rpc workers are asked once."""
+    from app.engine import ContextSettings
+    from app.engine.offload_preview import preview, remote_devices
+    from app.engine_cli import model_settings
+    from app.errors import LlamaDeskError
+
+    settings = model_settings(args)
+    remote, problems = remote_devices(settings.rpc_servers)
+    for problem in problems:
+        print(f"llamadesk: warning: {problem}", file=sys.stderr)
+
+    def plan_for(path: str) -> str | None:
+        try:
+            return preview(path, settings, ContextSettings(), remote).text
+        except (LlamaDeskError, OSError) as exc:
+            return f"no plan: {exc}"
+
+    return plan_for

@@ -89,14 +89,21 @@ def register(sub: Any) -> None:
     )
     add_schema_args(p.add_argument_group("context"), SERVE_CONTEXT)
     add_schema_args(p.add_argument_group("model"), engine_cli.RUN_MODEL)
+    engine_cli.add_device_args(p)  # where the layers go; --rpc: see cmd_serve
     remote_cli.add_serve_args(p)  # serve --remote URL: app/remote_cli.py
     p.set_defaults(func=cmd_serve)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from app import rpc_supervisor
+    from app.engine import ContextSettings, ModelSettings
     from app.server import ServerConfig, ServerRunner
 
-    per_model = engine_cli.model_settings(args)  # --chat-template, checked before binding
+    per_model = engine_cli.model_settings(args)  # --chat-template, devices, before binding
+    given = rpc_supervisor.private_settings()  # this is a private server (the parent's)
+    if given is not None:
+        per_model = ModelSettings.from_dict(given[1])
+        rpc_supervisor.end_with_parent()
     config = ServerConfig(
         host=args.host,
         port=args.port,
@@ -123,15 +130,40 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # a power of two up to 16 is safe.
         n_seq = min(16, 1 << (max(1, n_seq).bit_length() - 1))
     settings = context_settings(args, n_seq)
+    if given is not None:
+        settings = ContextSettings.from_dict(given[0])
+    private = None
+    if per_model.rpc_servers.strip() and not rpc_supervisor.in_child():
+        if loader is not None or args.embeddings:
+            raise LlamaDeskError(
+                "--rpc places a local model's layers on remote workers; it cannot go with "
+                "--remote (that server chooses its own devices) or --embeddings."
+            )
+        # llama.cpp aborts the process when a remote worker goes away: the model runs in a
+        # private server child, reached as a remote engine, so this server stays up.
+        private = rpc_supervisor.PrivateServer(
+            str(path), settings.to_dict(), per_model.to_dict(), config.parallel
+        )
+        loader, path = private.loader(), ""
     if args.embeddings:
         from app.engine.embeddings import default_pooling
 
         settings.embeddings = True
         settings.pooling_type = args.pooling or default_pooling(Path(path))
-    runner = ServerRunner(
-        path, settings, config, persist=not args.no_persist, loader=loader, model_settings=per_model
-    )
-    loaded = runner.start(background=True)  # /health answers "loading" meanwhile
+    try:
+        runner = ServerRunner(
+            path,
+            settings,
+            config,
+            persist=not args.no_persist,
+            loader=loader,
+            model_settings=per_model,
+        )
+        loaded = runner.start(background=True)  # /health answers "loading" meanwhile
+    except BaseException:
+        if private is not None:
+            private.close()
+        raise
 
     def on_signal(signum: int, frame: Any) -> None:
         runner.stop_listening()
@@ -150,4 +182,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, previous)
         print("LlamaDesk server: stopping (saving the conversations' caches)…", file=sys.stderr)
         runner.close()
+        if private is not None:
+            private.close()
     return 0

@@ -7,7 +7,14 @@ computes on this machine's CPU, so the ratio is the cost of the RPC round trips)
 llama-cpp-python with the RPC backend (the README's install command). Load from other
 programs changes both figures: ``/proc/loadavg`` is printed with them.
 
+With ``--llama-server`` it also runs llama.cpp's own ``llama-server --rpc`` (built from the
+vendored sources with ``-DGGML_RPC=ON``: benchmarks/bench_server.py's build folder) on the
+same worker, model, split, threads and prompt, and prints LlamaDesk's speed over its
+(``vs_llama_server``; goal >= 0.95). Both figures are the engines' own timings of the
+same work (the prompt once, then ``--n-gen`` greedy tokens).
+
     .venv/bin/python benchmarks/bench_devices.py [--model M.gguf] [--gpu-layers all] [--runs 3]
+        [--llama-server [PATH]]
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from tests.devices.conftest import cli_env, rpc_backend_missing, start_worker  #
 
 
 def _run(model: Path, n_gen: int, extra: list[str]) -> dict[str, Any]:
-    prompt = " ".join(["the quick brown fox jumps over the lazy dog"] * 12)
+    prompt = PROMPT
     done = subprocess.run(
         [
             *(sys.executable, "-m", "app", "run", str(model), prompt, "--raw", "--json"),
@@ -45,8 +52,60 @@ def _run(model: Path, n_gen: int, extra: list[str]) -> dict[str, Any]:
     return {
         "prompt_tps": t["prompt_tokens"] / max(1e-9, t["prompt_ms"] / 1000),
         "gen_tps": t["gen_tokens_per_s"],
+        "gen_tokens": t["generated_tokens"],
         "tokens": data["results"][0]["tokens"],
     }
+
+
+PROMPT = " ".join(["the quick brown fox jumps over the lazy dog"] * 12)
+
+
+def _llama_server_runs(
+    binary: Path,
+    model: Path,
+    endpoint: str,
+    gpu_layers: str,
+    threads: int,
+    n_gen: int,
+    runs: int,
+    grammar: Path | None = None,
+) -> list[dict[str, Any]]:
+    """``llama-server --rpc`` on the same worker: its /completion timings, ``runs`` times
+    (the prompt cache off, so each run reads the whole prompt)."""
+    import httpx2
+
+    from app.engine.cpu_quirks import llama_server_flags  # the app's own AMX rule
+    from benchmarks.bench_server import Server, free_port
+
+    ngl = {"all": "999", "none": "0"}.get(gpu_layers, gpu_layers)
+    port = free_port()
+    argv = [str(binary), "-m", str(model), "--port", str(port), "--rpc", endpoint]
+    argv += ["-ngl", ngl, "-c", "2048", "-t", str(threads), "-tb", str(threads), "--no-webui"]
+    argv += ["--parallel", "1", *llama_server_flags()]
+    server = Server("llama-server", argv, port, dict(cli_env()))
+    out = []
+    try:
+        for _ in range(runs):
+            body: dict[str, Any] = {
+                "prompt": PROMPT,
+                "n_predict": n_gen,
+                "temperature": 0,
+                "cache_prompt": False,
+            }
+            if grammar is not None:  # the same replies as LlamaDesk's run --grammar
+                body["grammar"] = grammar.read_text()
+            reply = httpx2.post(f"{server.url}/completion", json=body, timeout=600).json()
+            t = reply["timings"]
+            out.append(
+                {
+                    "prompt_tps": t["prompt_per_second"],
+                    "gen_tps": t["predicted_per_second"],
+                    "gen_tokens": t["predicted_n"],
+                }
+            )
+    finally:
+        server.close()
+    return out
 
 
 def main() -> int:
@@ -58,6 +117,21 @@ def main() -> int:
     # The worker computes with one thread (tests.devices.conftest.start_worker): the CPU
     # side uses as many, or the comparison measures thread counts, not the RPC hops.
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--llama-server",
+        nargs="?",
+        type=Path,
+        const=Path.home() / ".cache/llamadesk-bench/llama-server-build/bin/llama-server",
+        default=None,
+        metavar="PATH",
+        help="also compare with llama.cpp's llama-server --rpc (built with -DGGML_RPC=ON)",
+    )
+    parser.add_argument(
+        "--grammar",
+        type=Path,
+        default=None,
+        help="a GBNF file both sides follow (a reply the tiny models cannot end early)",
+    )
     args = parser.parse_args()
     reason = rpc_backend_missing()
     if reason:
@@ -73,6 +147,8 @@ def main() -> int:
         cpu, rpc = [], []
         for _ in range(args.runs):
             threads = ["-t", str(args.threads)]
+            if args.grammar is not None:
+                threads += ["--grammar", str(args.grammar)]
             cpu.append(_run(model, args.n_gen, [*threads, "--gpu-layers", "none"]))
             rpc.append(
                 _run(
@@ -81,6 +157,20 @@ def main() -> int:
                     [*threads, "--rpc", worker.endpoint, "--gpu-layers", args.gpu_layers],
                 )
             )
+        peer = (
+            _llama_server_runs(
+                args.llama_server,
+                model,
+                worker.endpoint,
+                args.gpu_layers,
+                args.threads,
+                args.n_gen,
+                args.runs,
+                args.grammar,
+            )
+            if args.llama_server is not None
+            else []
+        )
     finally:
         worker.stop()
 
@@ -97,6 +187,14 @@ def main() -> int:
     }
     result["prompt_ratio"] = round(result["cpu_rpc"]["prompt_tps"] / result["cpu"]["prompt_tps"], 3)
     result["gen_ratio"] = round(result["cpu_rpc"]["gen_tps"] / result["cpu"]["gen_tps"], 3)
+    if peer:
+        theirs = {"prompt_tps": median(peer, "prompt_tps"), "gen_tps": median(peer, "gen_tps")}
+        theirs["gen_tokens"] = median(peer, "gen_tokens")
+        result["cpu_rpc"]["gen_tokens"] = median(rpc, "gen_tokens")
+        result["llama_server_rpc"] = theirs
+        result["vs_llama_server"] = {
+            key: round(result["cpu_rpc"][key] / theirs[key], 3) for key in ("prompt_tps", "gen_tps")
+        }
     print(json.dumps(result))
     return 0
 

@@ -142,6 +142,12 @@ def test_bundle_contents_and_size(bundle: Bundle, capsys: pytest.CaptureFixture[
         for name in ("llama", "ggml", "ggml-base", "ggml-cpu"):
             assert (lib / f"lib{name}.so").is_file(), name
             assert (lib / f"lib{name}.so.0").exists(), name
+        # every backend library of the build it came from (ggml-rpc, GPU backends)
+        import llama_cpp
+
+        built = Path(llama_cpp.__file__).parent / "lib"
+        backends = sorted(p.name for p in built.glob("libggml-*.so"))
+        assert backends and all((lib / name).is_file() for name in backends), backends
 
     resources = bundle.internal / "resources"
     assert (resources / "icons" / "llamadesk-256.png").is_file()
@@ -164,6 +170,61 @@ def test_bundle_contents_and_size(bundle: Bundle, capsys: pytest.CaptureFixture[
         assert not list(bundle.internal.glob(package + "*")), package
     # (The Hub client's huggingface_hub is pure Python, inside the archive: that the window,
     # which imports it, opens is test_window_opens.)
+
+
+@slow
+def test_frozen_devices_has_the_backends_of_the_build(bundle: Bundle, tmp_path: Path) -> None:
+    frozen = run_frozen(bundle, tmp_path, "devices", "--json")
+    assert frozen.returncode == 0, frozen.stderr
+    source = subprocess.run(
+        [sys.executable, "-m", "app", "devices", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert source.returncode == 0, source.stderr
+    assert json.loads(frozen.stdout)["backends"] == json.loads(source.stdout)["backends"]
+
+
+@slow
+def test_frozen_run_on_a_frozen_rpc_worker(
+    bundle: Bundle, tiny_model: Path, tmp_path: Path
+) -> None:
+    """``run --rpc`` runs itself again in a watched child: the bundle's own executable."""
+    from tests.devices.conftest import free_port, rpc_backend_missing
+
+    if rpc_backend_missing():
+        pytest.skip("this build has no RPC backend")
+    from app.engine.rpc_probe import RpcProbeError, probe
+
+    port = free_port()
+    worker = subprocess.Popen(
+        [str(bundle.executable), "rpc-worker", "--port", str(port), "--threads", "1"],
+        cwd=tmp_path,
+        env=frozen_env(tmp_path / "home"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                probe(f"127.0.0.1:{port}", timeout_s=2)
+                break
+            except RpcProbeError:
+                assert worker.poll() is None and time.monotonic() < deadline, "no worker"
+                time.sleep(0.5)
+        flags = ("--rpc", f"127.0.0.1:{port}", "--gpu-layers", "1")
+        split = run_frozen(bundle, tmp_path, "run", str(tiny_model), "hello", *RUN_ARGS, *flags)
+        cpu = run_frozen(bundle, tmp_path, "run", str(tiny_model), "hello", *RUN_ARGS)
+    finally:
+        worker.kill()
+        worker.wait(10)
+    assert split.returncode == 0, split.stderr
+    got = json.loads(split.stdout)
+    assert any(d["type"] == "remote" for d in got["devices"])
+    assert got["results"][0]["tokens"] == json.loads(cpu.stdout)["results"][0]["tokens"]
 
 
 @slow

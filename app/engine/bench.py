@@ -6,11 +6,12 @@ import os
 import random
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from app.engine.engine import Engine
-from app.engine.settings import ContextSettings, SamplingParams
+from app.engine.settings import ContextSettings, ModelSettings, SamplingParams
 
 
 def _random_tokens(engine: Engine, n: int, seed: int = 0) -> list[int]:
@@ -29,14 +30,27 @@ def run_bench(
     n_gen: int = 64,
     n_state: int = 2000,
     threads: int | None = None,
+    model_settings: ModelSettings | None = None,
+    on_step: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
+    """``model_settings``: where the layers go (the device flags); ``on_step`` is called
+    after every decode step (``bench --rpc``'s heartbeat for its watchdog)."""
     n_ctx = max(n_state + 64, n_prompt + n_gen + 16) * max(1, tabs)
     settings = ContextSettings(n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_seq_max=max(2, tabs + 1))
     if threads:
         settings.n_threads = settings.n_threads_batch = threads
     greedy = SamplingParams(temperature=0.0, max_tokens=n_gen)
     result: dict[str, Any] = {"model": str(path)}
-    with Engine.open(path, settings) as engine:
+    beat = on_step or (lambda: None)
+
+    def on_load(_fraction: float) -> bool:
+        beat()
+        return True
+
+    with Engine.open(path, settings, model_settings, on_load) as engine:
+        placement = engine.model.placement if engine.model is not None else None
+        if placement is not None:
+            result["plan"] = placement.plan.describe()
         # A model with a short training context (the demo model: 512) gets a smaller test.
         limit = engine.n_ctx_seq
         n_prompt = min(n_prompt, limit // 2)
@@ -50,20 +64,24 @@ def run_bench(
         engine.prefill(key)
         while engine.has_work():
             engine.step()
+            beat()
         result["prompt_tokens_per_s"] = round(n_prompt / (time.perf_counter() - t0), 2)
 
         def generate(n_tabs: int) -> float:
             keys = [engine.open_sequence() for _ in range(n_tabs)]
             for i, k in enumerate(keys):
-                engine.set_tokens(k, [*prompt[:32], prompt[40 + i]])
+                # A shared start and one token of its own each (prompts shorter than 41 wrap).
+                engine.set_tokens(k, [*prompt[:32], prompt[(40 + i) % len(prompt)]])
                 engine.start(k, greedy)
             # Exclude the prompt: time from the first generated token on.
             while any(not engine._seqs[k].generating for k in keys):
                 engine.step()
+                beat()
             t = time.perf_counter()
             produced = 0
             while engine.has_work():
                 produced += sum(1 for e in engine.step() if type(e).__name__ == "TokenText")
+                beat()
             elapsed = time.perf_counter() - t
             for k in keys:
                 engine.close_sequence(k)
@@ -79,6 +97,7 @@ def run_bench(
         engine.prefill(k)
         while engine.has_work():
             engine.step()
+            beat()
         result["reprocess_s"] = round(time.perf_counter() - t, 4)
         with tempfile.TemporaryDirectory() as tmp:
             f = os.path.join(tmp, "state.bin")

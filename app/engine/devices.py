@@ -60,8 +60,9 @@ class Device:
     endpoint: str | None = None  # for remote devices
 
     def label(self) -> str:
-        where = f" ({self.endpoint})" if self.endpoint else ""
-        return f"{self.name}{where}"
+        """``"RPC0 (127.0.0.1:50052)"``, ``"CUDA0 (NVIDIA GeForce RTX 4070)"``."""
+        where = self.endpoint or self.description
+        return f"{self.name} ({where})" if where and where != self.name else self.name
 
     def to_dict(self) -> dict[str, Any]:
         return {

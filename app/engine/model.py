@@ -110,6 +110,16 @@ class Model:
         params.progress_callback = self._progress_cb
         llama_log.clear()
         handle = llama_cpp.llama_model_load_from_file(str(p).encode("utf-8"), params)
+        while not handle and not self._cancelled:
+            # A device could not allocate its layers: the planner's next smaller plan.
+            fewer = self.placement.fewer(" ".join(llama_log.recent_errors(3)))
+            if fewer is None:
+                break
+            log.warning("%s", fewer.plan.reason)
+            self.placement = fewer
+            fewer.apply(params)
+            llama_log.clear()
+            handle = llama_cpp.llama_model_load_from_file(str(p).encode("utf-8"), params)
         if not handle:
             if self._cancelled:
                 raise ModelLoadError(f"Loading {p.name} was cancelled.")

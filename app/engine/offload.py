@@ -8,6 +8,8 @@ point into ctypes arrays it owns, which llama.cpp reads during the load.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,28 @@ class Placement:
     main_device: int
     _device_array: Any
     _split_array: Any
+    # The plan for a given number of GPU layers (and the sentence that says why), on the
+    # same devices: what :meth:`fewer` retries with.
+    _replan: Callable[[int, str], Placement] | None = dataclasses.field(
+        default=None, compare=False, repr=False
+    )
+    first_gpu_layers: int | None = None  # what the first plan asked for, before retries
+
+    def fewer(self, errors: str) -> Placement | None:
+        """After a load that failed with llama.cpp's ``errors``: the planner's next smaller
+        plan when a device could not allocate its buffer (None: another failure, or
+        nothing is offloaded already). Each retry takes an eighth of the layers off."""
+        n = self.plan.n_gpu_layers
+        if n <= 0 or self._replan is None or not allocation_failed(errors):
+            return None
+        first = self.first_gpu_layers if self.first_gpu_layers is not None else n
+        smaller = max(0, n - max(1, (self.plan.n_layer + 1) // 8))
+        where = ", ".join(d.label() for d in self.devices)
+        note = (
+            f"{where} could not allocate the memory for {first} offloaded layers, so the "
+            f"model was loaded with {smaller} instead."
+        )
+        return dataclasses.replace(self._replan(smaller, note), first_gpu_layers=first)
 
     def apply(self, params: Any) -> None:
         """Set the placement fields of a ``llama_model_params``."""
@@ -58,6 +82,13 @@ class Placement:
                 }
             )
         return out
+
+
+def allocation_failed(errors: str) -> bool:
+    """Whether llama.cpp's load errors say a device's buffer could not be allocated
+    (``llama_model_load``: "unable to allocate CUDA0 buffer")."""
+    text = errors.lower()
+    return "unable to allocate" in text or "failed to allocate" in text
 
 
 def context_bytes(info: ModelInfo, context: ContextSettings | None) -> int:
@@ -87,15 +118,20 @@ def place(
         )
     planned = chosen if split_mode else chosen[main : main + 1]
     sizes = layer_sizes(read_header(info.path), info.n_layer)
-    the_plan = plan(
-        sizes,
-        context_bytes(info, context),
-        tuple(PlanDevice(d.name, d.label(), d.free_bytes) for d in planned),
-        gpu_layers if chosen else 0,
-        split if split_mode else (),
-    )
-    split_array = None
-    if the_plan.splits and split_mode:
-        values = list(the_plan.splits) + [0.0] * (16 - len(the_plan.splits))
-        split_array = (ctypes.c_float * 16)(*values[:16])
-    return Placement(chosen, the_plan, split_mode, main, dev.device_array(chosen), split_array)
+    ctx_bytes = context_bytes(info, context)
+    plan_devices = tuple(PlanDevice(d.name, d.label(), d.free_bytes) for d in planned)
+    device_array = dev.device_array(chosen)
+
+    def make(layers: int | None, note: str = "") -> Placement:
+        the_plan = plan(sizes, ctx_bytes, plan_devices, layers, split if split_mode else ())
+        if note:
+            the_plan = dataclasses.replace(the_plan, reason=note)
+        split_array = None
+        if the_plan.splits and split_mode:
+            values = list(the_plan.splits) + [0.0] * (16 - len(the_plan.splits))
+            split_array = (ctypes.c_float * 16)(*values[:16])
+        return Placement(
+            chosen, the_plan, split_mode, main, device_array, split_array, _replan=make
+        )
+
+    return make(gpu_layers if chosen else 0)

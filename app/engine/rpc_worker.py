@@ -41,6 +41,26 @@ def check_bind(endpoint: Endpoint, trusted_network: bool) -> None:
         )
 
 
+def limit_memory(mib: int) -> None:
+    """Cap the address space at what the process maps now plus ``mib`` MiB: the worker's
+    buffer allocations beyond it fail, which ggml-rpc answers as an allocation failure
+    (the client's load fails cleanly and is retried with fewer layers)."""
+    if mib < 1:
+        raise EngineError(f"The memory limit must be at least 1 MiB, not {mib}.")
+    try:
+        import resource
+
+        pages = int(Path("/proc/self/statm").read_text().split()[0])
+    except (ImportError, OSError, ValueError):
+        raise EngineError("A worker's memory limit needs Linux (/proc and setrlimit).") from None
+    now = pages * os.sysconf("SC_PAGE_SIZE")
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    want = now + mib * (1 << 20)
+    if hard != resource.RLIM_INFINITY:
+        want = min(want, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (want, hard))
+
+
 def serve(
     endpoint: Endpoint,
     cache_dir: Path | None = None,

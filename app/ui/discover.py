@@ -75,6 +75,7 @@ class _Bridge(QObject):
     detailed = Signal(object)  # _Answer((RepoDetails, list[FitEstimate]))
     fitted = Signal(object)  # _Answer(list[FitEstimate]) from the header
     resolved = Signal(object)  # _Answer((repo_id, GGUFEntry)) of a catalog model
+    planned = Signal(object)  # _Answer(list[str]): each file's plan per device
 
 
 def _emit(signal: Any, answer: _Answer) -> None:
@@ -82,6 +83,20 @@ def _emit(signal: Any, answer: _Answer) -> None:
         signal.emit(answer)
     except RuntimeError:  # the dialog is gone
         pass
+
+
+def device_plans(sizes: list[int], info: Any, settings: Any) -> list[str]:
+    """On a pool thread: each file's plan with the saved device choices ("" where none)."""
+    from app.engine.offload_preview import preview_by_size, remote_devices
+    from app.ui.devices_settings import load_device_settings
+
+    try:
+        choices = load_device_settings().model_settings()
+        remote, _problems = remote_devices(choices.rpc_servers)
+        return [preview_by_size(n, info, choices, settings, remote).text for n in sizes]
+    except Exception as exc:  # the plan is extra: Discover works without it
+        log.info("no device plan: %s", exc)
+        return []
 
 
 def _count(n: int) -> str:
@@ -118,6 +133,8 @@ class DiscoverDialog(QDialog):
         self._jobs = BackgroundJobs("discover")
         self._bridge = _Bridge(self)
         self._bridge.searched.connect(self._on_searched)
+        self._bridge.planned.connect(self._on_planned)
+        self._plans: list[str] = []
         self._bridge.detailed.connect(self._on_detailed)
         self._bridge.fitted.connect(self._on_fitted)
         self._bridge.resolved.connect(self._on_resolved)
@@ -371,6 +388,7 @@ class DiscoverDialog(QDialog):
         self._recommended = None
         self.files_tree.clear()
         self.fit_label.setText("")
+        self._plans = []
         self.repo_label.setText(f"<b>{html.escape(repo_id)}</b>: reading the file list…")
         settings = self._context_settings() if self._context_settings is not None else None
         self._start()
@@ -396,8 +414,11 @@ class DiscoverDialog(QDialog):
                 fits = [estimate(e.size, info, settings=settings) for e in details.entries]
             except Exception as exc:  # the size-based estimate stays
                 log.info("no header for %s: %s", repo_id, exc)
-                fits = rough
+                fits, info = rough, None
             _emit(self._bridge.fitted, _Answer(token, fits))
+            if info is not None:  # where each file's layers would go (issue 22)
+                plans = device_plans([e.size for e in details.entries], info, settings)
+                _emit(self._bridge.planned, _Answer(token, plans))
 
         self._jobs.submit(job)
         self._busy += 1  # the header read answers separately
@@ -536,7 +557,15 @@ class DiscoverDialog(QDialog):
         if fit is not None:
             basis = "" if fit.basis == "header" else " (from the file size; header not read)"
             text += f" {fit.sentence}{basis}"
+        if 0 <= index < len(self._plans):
+            text += f" Plan: {self._plans[index]}."
         self.fit_label.setText(text)
+
+    @Slot(object)
+    def _on_planned(self, answer: object) -> None:
+        if isinstance(answer, _Answer) and answer.token == self._details_token:
+            self._plans = list(answer.value)
+            self._update_buttons()
 
     def _set_status(self, text: str, error: bool = False) -> None:
         self.status_label.setText(text)

@@ -32,7 +32,9 @@ def connections_of(settings: AppSettings) -> tuple[SavedConnection, ...]:
 
 def window_loader(settings: AppSettings) -> EngineRouter:
     """The loader of the window whose settings are ``settings`` (see the module docstring)."""
-    return EngineRouter(lambda: connections_of(settings), default_keys())
+    from app.offload_loader import OffloadLoader  # local files: remote devices in a child
+
+    return EngineRouter(lambda: connections_of(settings), default_keys(), OffloadLoader())
 
 
 def connection_of(settings: AppSettings, path: str | None) -> SavedConnection | None:

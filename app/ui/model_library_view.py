@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, Qt, Slot
@@ -28,7 +29,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine import ContextSettings
 from app.storage import Database, ModelEntry, StorageError
+from app.ui.devices_plan import PlanLabel
 from app.ui.model_table import (
     PATH_ROLE,
     fill_row,
@@ -132,8 +135,13 @@ class ModelLibraryView(QWidget):
 
         self._table = new_model_table()
         self._table.itemSelectionChanged.connect(self._update_buttons)
+        self._table.itemSelectionChanged.connect(self._show_plan)
         self._stack.addWidget(self._table)
         outer.addWidget(self._stack, 1)
+        # Where the selected model's layers would go (issue 22), worked out off the GUI thread.
+        self.plan_label = PlanLabel()
+        self.plan_label.hide()
+        outer.addWidget(self.plan_label)
 
         load_row = QHBoxLayout()
         self._load_button = QPushButton("Load")
@@ -316,6 +324,18 @@ class ModelLibraryView(QWidget):
     def _loadable(self, row: int) -> bool:
         entry = self._entries[row]
         return entry.error is None and entry.metadata is not None
+
+    def set_plan_context(self, context: Callable[[], ContextSettings]) -> None:
+        """The context the plan counts the tabs of (the window's; default: the defaults)."""
+        self.plan_label.set_context(context)
+        self._show_plan()
+
+    @Slot()
+    def _show_plan(self) -> None:
+        row = self._selected_row()
+        self.plan_label.show_plan(
+            self._entries[row].path if row is not None and self._loadable(row) else None
+        )
 
     @Slot()
     def _update_buttons(self) -> None:

@@ -217,6 +217,11 @@ class SettingsPanel(QDialog):
         for title, names in ADVANCED_CONTEXT_GROUPS:
             advanced_layout.addWidget(self._build_group(title, [FIELDS[n] for n in names]))
         fields_layout.addWidget(self._advanced_section)
+        from app.ui.devices_page import DevicesPage  # the Devices section (its own module)
+
+        info, original = self._model_info, self._original  # (no reference back to the panel)
+        self.devices_page = DevicesPage(str(info.path) if info else None, lambda: original)
+        fields_layout.addWidget(self.devices_page)
         fields_layout.addStretch(1)
         scroll.setWidget(self._fields_widget)
         outer.addWidget(scroll, 1)

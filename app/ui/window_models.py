@@ -24,6 +24,7 @@ from app import paths
 from app.engine import ContextSettings
 from app.errors import LlamaDeskError
 from app.session import ContextFullPolicy, LoadedModel
+from app.ui.devices_settings import load_device_settings
 from app.ui.engines_models import EnginesPicker, down_note, engine_note
 from app.ui.model_picker import ModelPicker
 
@@ -106,6 +107,7 @@ class WindowModels:
             path,
             ContextSettings.from_dict(dict(win.app_settings.context)),
             ContextFullPolicy.parse(win.context_policy()) or ContextFullPolicy.SHIFT,
+            model_settings=load_device_settings().model_settings(),  # app/ui/devices_settings
         )
         win.update_stack()
 
@@ -165,6 +167,9 @@ class WindowModels:
                 log.warning("model manager unavailable: %s", exc)
                 return None
             manager = ModelManager(win.db)
+            manager.set_plan_context(
+                lambda: ContextSettings.from_dict(dict(win.app_settings.context))
+            )
             manager.loadRequested.connect(win.load_model)
             manager.unloadRequested.connect(win.unload_model)
             manager.cancelLoadRequested.connect(win.session.cancel_load)

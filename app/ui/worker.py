@@ -56,6 +56,10 @@ class EngineWorker(QObject):
         # waiting for it (the GUI) may wait 5 ms per switch, which adds up to dropped
         # frames. 1 ms keeps the GUI's waits short at a negligible cost.
         sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
+        if loader is None:
+            from app.offload_loader import OffloadLoader  # remote devices in a child (issue 22)
+
+            loader = OffloadLoader()
         self.session = Session(store, database, name="engine", loader=loader)
         self._streams: dict[int, tuple[ConversationStream, Callable[[], None]]] = {}
         self._unsubscribe = self.session.subscribe_session(self._on_session_event)

@@ -59,10 +59,10 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-def start_worker() -> Worker:
+def start_worker(*extra: str) -> Worker:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "app", "rpc-worker", "--port", str(port), "--threads", "1"],
+        [sys.executable, "-m", "app", "rpc-worker", "--port", str(port), "--threads", "1", *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=cli_env(),
@@ -96,12 +96,12 @@ def worker(need_rpc: None) -> Iterator[Worker]:
 
 
 @pytest.fixture
-def make_worker(need_rpc: None) -> Iterator[Callable[[], Worker]]:
-    """Workers of one test (to kill or stop)."""
+def make_worker(need_rpc: None) -> Iterator[Callable[..., Worker]]:
+    """Workers of one test (to kill or stop); arguments: more ``rpc-worker`` flags."""
     started: list[Worker] = []
 
-    def make() -> Worker:
-        started.append(start_worker())
+    def make(*extra: str) -> Worker:
+        started.append(start_worker(*extra))
         return started[-1]
 
     yield make
