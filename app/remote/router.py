@@ -37,6 +37,11 @@ class EngineRouter:
         self._keys = keys
         self._local = local
 
+    @property
+    def local(self) -> EngineLoader:
+        """The loader of local files."""
+        return self._local
+
     def _saved(self, path: str) -> tuple[SavedConnection, str] | None:
         """The saved connection and model of a remote address (None: a local path)."""
         parsed = parse_address(path)

@@ -45,7 +45,7 @@ def test_the_window_outlives_its_remote_worker(
     send(qtbot, tab, "hello there")
     first = wait_idle(qtbot, tab, timeout=60000)
     assert first.error is None and first.text
-    loader = window.worker.session._models._loader  # the window's OffloadLoader
+    loader = window.worker.session._models._loader.local  # the window's OffloadLoader
     private = loader.private  # the model's own process
     assert private is not None and private.alive()
 
