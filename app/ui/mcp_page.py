@@ -165,8 +165,15 @@ class McpPage(QWidget):
 
     # -- the list -------------------------------------------------------------------------
 
-    def reload(self) -> None:
-        self._in_background(self.store.entries, self._show_entries)
+    def reload(self, then: Callable[[], None] | None = None) -> None:
+        """Read the servers again and show them; then ``then``."""
+
+        def show(entries: list[ServerEntry]) -> None:
+            self._show_entries(entries)
+            if then is not None:
+                then()
+
+        self._in_background(self.store.entries, show)
 
     def _show_entries(self, entries: list[ServerEntry]) -> None:
         self.entries = entries
@@ -282,8 +289,7 @@ class McpPage(QWidget):
             where = f"; {len(entry.secret_names)} secret(s) in {self.store.secrets.where}"
             self.say(f"Saved '{name}'{where if entry.secret_names else ''}.")
             self.statuses.pop(name, None)
-            self.reload()
-            self.test(name)
+            self.reload(then=lambda: self.test(name))
 
         self._in_background(lambda: self.store.put(server, secret_names), saved)
 

@@ -27,7 +27,7 @@ def _page(window: Any) -> McpPage:
 
 
 def _top(page: McpPage, index: int) -> QTreeWidgetItem:
-    item = _top(page, index)
+    item = page.tree.topLevelItem(index)
     assert item is not None
     return item
 
