@@ -59,6 +59,7 @@ from app.ui.tab_status import (
 )
 from app.ui.tab_token_hint import TOKEN_COUNT_DELAY_MS, TOKEN_HINT_MIN_CHARS, TokenHint
 from app.ui.tab_turn import TabTurn
+from app.ui.tool_picker import attach as attach_tools
 
 # What other modules import from here (the names before the split into modules).
 __all__ = [
@@ -145,6 +146,7 @@ class ChatTab(QWidget):
         status.addWidget(self.effort)
         status.addWidget(self.settings_button)
         layout.addLayout(status)
+        self.tools = attach_tools(self, status, layout)  # MCP tools: the button, the warning
 
         self.settings = ConversationSettings(self)
         self.settings.setVisible(False)
@@ -494,3 +496,4 @@ class ChatTab(QWidget):
             self.meter_label.setText("no model")
         self.state_label.setText(self.state_text())
         self.state_label.setToolTip(state_tip(self.state, self.info))
+        self.tools.context_changed()

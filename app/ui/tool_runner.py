@@ -87,6 +87,17 @@ class ToolRunner:
         self._manager: McpManager | None = None  # on the MCP thread
         self._closing: asyncio.Event | None = None
         self._holder: asyncio.Task[None] | None = None
+        self._connected_mtime: float | None = None  # the mcp.json the connections follow
+
+    def _config_mtime(self) -> float:
+        try:
+            return self.store.path.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    def up_to_date(self) -> bool:
+        """Connected, and to the servers the file lists now (Preferences may change it)."""
+        return self.connected is not None and self._connected_mtime == self._config_mtime()
 
     # -- connecting -----------------------------------------------------------------------
 
@@ -99,7 +110,10 @@ class ToolRunner:
                 result = Connected((), (f"The MCP servers could not be connected: {result}.",))
             assert isinstance(result, Connected)
             self.connected = result
+            self._connected_mtime = mtime
             done(result)
+
+        mtime = self._config_mtime()
 
         self.runtime.submit(self._connect(), finished)
 
@@ -148,6 +162,7 @@ class ToolRunner:
     def close(self) -> None:
         """Close the connections (stdio servers end); returns at once."""
         self.connected = None
+        self._connected_mtime = None
         self.runtime.run(self._release())
 
     # -- rounds ---------------------------------------------------------------------------
