@@ -58,11 +58,12 @@ class McpRuntime:
     def loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None or self._thread is None or not self._thread.is_alive():
-                loop = asyncio.new_event_loop()
+                # The standard loop, not the policy's: under qasync the policy's loop is a
+                # Qt event loop, which must not run off the GUI thread.
+                loop = asyncio.DefaultEventLoopPolicy().new_event_loop()
                 ready = threading.Event()
 
                 def run() -> None:
-                    asyncio.set_event_loop(loop)
                     loop.call_soon(ready.set)
                     loop.run_forever()
 

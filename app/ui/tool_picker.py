@@ -11,7 +11,7 @@ loaded model's tokenizer (an estimate without a model, and said so).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from PySide6.QtCore import Qt, Slot
 from PySide6.QtWidgets import (
@@ -31,9 +31,6 @@ from app.ui.tool_runner import Connected, ToolRunner
 from app.ui.tool_selection import ToolSelection, selection_path
 from app.ui.tool_tokens import ToolCost, count_tools, share_warning
 
-if TYPE_CHECKING:
-    from app.ui.chat_tab import ChatTab
-
 __all__ = ["ChatTools", "ToolPicker", "shared_selection"]
 
 Pair = tuple[str, str]
@@ -48,6 +45,16 @@ def shared_selection() -> ToolSelection:
     if _selection is None or _selection.path != selection_path():
         _selection = ToolSelection()
     return _selection
+
+
+class ToolsTab(Protocol):
+    """What the tools of a chat need of its tab."""
+
+    cid: int
+    host: Any  # the window (TabHost): its worker, model_ready() and tool_runner
+    info: Any  # TabFigures: n_ctx
+
+    def notify(self, text: str, error: bool = True) -> None: ...
 
 
 class ToolPicker(QFrame):
@@ -145,7 +152,7 @@ class ToolPicker(QFrame):
 class ChatTools:
     """One tab's tools: ``button`` (status line), ``warning`` (a label under it)."""
 
-    def __init__(self, tab: ChatTab) -> None:
+    def __init__(self, tab: ToolsTab) -> None:
         self.tab = tab
         self.selection = shared_selection()
         self.enabled: set[Pair] = self.selection.enabled(tab.cid)
@@ -277,7 +284,7 @@ class ChatTools:
     @Slot()
     def open_picker(self) -> ToolPicker:
         if self.picker is None or not isValid(self.picker):
-            self.picker = ToolPicker(self, self.tab)
+            self.picker = ToolPicker(self, self.button)
         picker = self.picker
         picker.fill()
         below = self.button.mapToGlobal(self.button.rect().bottomLeft())
@@ -291,7 +298,7 @@ class ChatTools:
             self.picker.fill()
 
 
-def attach(tab: ChatTab, status_row: Any, layout: Any) -> ChatTools:
+def attach(tab: ToolsTab, status_row: Any, layout: Any) -> ChatTools:
     """The tab's hook: the button at the end of ``status_row``, the warning in ``layout``."""
     tools = ChatTools(tab)
     status_row.addWidget(tools.button)
