@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, TypeVar
 from app.engine import ContextSettings, SamplingParams
 from app.engine.chat_template import ReasoningOptions
 from app.engine.settings import ModelSettings
+from app.engine.tool_calls.request import ToolRequest
 from app.errors import LlamaDeskError
 from app.session import commands as cmd
 from app.session import events as ev
@@ -180,9 +181,13 @@ class Session:
         sampling: SamplingParams | None = None,
         reasoning: ReasoningOptions | None = None,
         reply_id: int | None = None,
+        *,
+        tools: ToolRequest | None = None,
     ) -> TurnId:
         """Generate the reply to ``messages`` (an edit or a regenerate is a submit of the
-        history it answers); returns the turn's id."""
+        history it answers); returns the turn's id. ``tools``: the functions the reply may
+        call (``ToolCallStreamed`` events, ``TurnResult.tool_calls``); the next turn sends
+        the assistant message with its ``tool_calls`` and a ``tool`` message per result."""
         cid = ConversationId(conversation_id)
         turn = self._registry.new_turn(cid)
         self.post(
@@ -194,6 +199,7 @@ class Session:
                 sampling if sampling is not None else SamplingParams(),
                 reasoning if reasoning is not None else ReasoningOptions(),
                 reply_id,
+                tools,
             )
         )
         return turn
