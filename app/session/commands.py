@@ -88,6 +88,10 @@ class Answer:
     reasoning: ReasoningOptions
     submitted_at: float  # perf_counter() of the client's send (the reply's time to first token)
     reply: Future[RecordedTurn]
+    tools: ToolRequest | None = None  # the functions the reply may call
+    # Results of the calls the reply ``parent_id`` made ("tool" messages), recorded under
+    # it before the next reply (``user_text`` is None then).
+    tool_results: tuple[ChatMessage, ...] = ()
 
 
 @dataclass(frozen=True)

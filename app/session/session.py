@@ -213,13 +213,20 @@ class Session:
         system: str = "",
         sampling: SamplingParams | None = None,
         reasoning: ReasoningOptions | None = None,
+        tools: ToolRequest | None = None,
+        tool_results: Iterable[ChatMessage] = (),
     ) -> Future[RecordedTurn]:
         """A chat turn the session records (it needs a database): the user's message
         ``user_text`` under ``parent_id`` (an edit: the edited message's parent; None
         text: answer ``parent_id`` again, a regenerate or a retry), then the reply,
         generated from the stored thread, saved as it streams and finished with its
         metadata before ``TurnFinished`` goes out. The future holds the ids (before the
-        turn starts) or the error; the turn's events follow as for :meth:`submit`."""
+        turn starts) or the error; the turn's events follow as for :meth:`submit`.
+
+        ``tools``: the functions the reply may call (its calls are stored with it). To
+        continue after calls, answer the reply that made them (``parent_id``) with
+        ``tool_results``: one ``ChatMessage("tool", text, tool_call_id=..., name=...)``
+        per call, recorded under it, then the next reply."""
         cid = ConversationId(conversation_id)
         future: Future[RecordedTurn] = Future()
         self.post(
@@ -233,6 +240,8 @@ class Session:
                 reasoning if reasoning is not None else ReasoningOptions(),
                 time.perf_counter(),
                 future,
+                tools,
+                tuple(tool_results),
             )
         )
         return future

@@ -138,6 +138,7 @@ class RecordedTurn:
     turn_id: TurnId
     user_message_id: int | None
     reply_message_id: int
+    tool_message_ids: tuple[int, ...] = ()  # the tool results recorded before the reply
 
 
 @dataclass(frozen=True)

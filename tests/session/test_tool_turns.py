@@ -14,8 +14,11 @@ from app.engine import ContextSettings, Engine, SamplingParams
 from app.engine.chat_template import ReasoningOptions
 from app.engine.tool_calls import ToolSpec
 from app.engine.tool_calls.request import ToolChoiceMode, ToolRequest
+from app.messages import history
 from app.session import ChatMessage, FinishReason, Session
 from app.session import events as ev
+from app.storage import Database
+from app.storage.export import export_json, import_json
 from tests.session.test_session import TIMEOUT, Recorder
 from tests.support.gguf_models import TinySpec, write_tiny_model
 
@@ -93,3 +96,42 @@ def test_a_tool_round_trip_streams_the_call_and_keeps_the_cache(
     second = recorder.finish(1, count=2)
     assert second.finish_reason is not FinishReason.ERROR, second
     assert second.cached_tokens >= result.n_prompt
+
+
+def test_a_recorded_round_trip_stores_the_call_and_its_result(
+    make_session: Callable[..., tuple[Session, Recorder]], qwen_model: Path, tmp_path: Path
+) -> None:
+    """Session.answer: the reply's calls are stored with it, the results under it, the
+    next reply reads both back from the stored thread; export and import keep them."""
+    db = Database.open(tmp_path / "chats.db")
+    try:
+        conv = db.create_conversation()
+        session, recorder = make_session(qwen_model, CONTEXT, db)
+        recorder.follow(conv.id)
+        first = session.answer(conv.id, None, "the weather", sampling=GREEDY, tools=FORCED)
+        reply_id = first.result(TIMEOUT).reply_message_id
+        result = recorder.finish(conv.id)
+        assert result.finish_reason is FinishReason.TOOL_CALLS
+        [call] = result.tool_calls
+        stored = db.get_message(reply_id)
+        assert stored.chat().tool_calls == (call,) and stored.meta["finish_reason"] == "tool_calls"
+
+        answer = ChatMessage("tool", "sunny", tool_call_id=call.call_id, name=call.name)
+        none = ToolRequest((WEATHER,), ToolChoiceMode.NONE)
+        short = SamplingParams(temperature=0.0, max_tokens=4)
+        second = session.answer(
+            conv.id, reply_id, sampling=short, tools=none, tool_results=[answer]
+        ).result(TIMEOUT)
+        assert recorder.finish(conv.id, count=2).finish_reason is not FinishReason.ERROR
+        [tool_id] = second.tool_message_ids
+        thread = db.get_thread(conv.id, second.reply_message_id)
+        assert [m.id for m in thread[-3:]] == [reply_id, tool_id, second.reply_message_id]
+        assert history(thread)[1:3] == (
+            ChatMessage("assistant", "", tool_calls=(call,)),
+            answer,
+        )
+        # Export and import carry the calls and results.
+        [copy] = import_json(db, export_json(db, [conv.id]))
+        assert [m.chat() for m in db.get_thread(copy)] == [m.chat() for m in thread]
+    finally:
+        db.close()
