@@ -195,3 +195,13 @@ def test_the_tools_are_in_the_prompt_and_it_is_stable(models: dict[str, Path]) -
         engine.run_until_done(key)
         # The same chat and tools again: everything is in the cache.
         assert engine.set_chat(key, messages, tools=ToolRequest((WEATHER,))) <= 1 < n_with
+
+
+def test_what_the_definitions_cost(models: dict[str, Path]) -> None:
+    from app.engine.tool_calls.cost import tool_definition_tokens
+
+    with Engine.open(models["Qwen-Qwen2.5-7B-Instruct"], small_settings(n_ctx=8192)) as engine:
+        one = tool_definition_tokens(engine, [WEATHER])
+        two = tool_definition_tokens(engine, [WEATHER, TIME])
+        assert 0 < one < two
+        assert tool_definition_tokens(engine, []) == 0
