@@ -144,6 +144,7 @@ class LocalEngine:
                     system=prompt.system or None,
                     reserve=sampling.max_tokens if sampling.max_tokens > 0 else None,
                     reasoning=prompt.reasoning,
+                    tools=prompt.tools,
                 )
             case TextPrompt(append=False):
                 n = engine.set_prompt(key, prompt.text, raw=True)
