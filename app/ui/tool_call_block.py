@@ -27,6 +27,7 @@ MAX_SHOWN_RESULT = 20_000
 
 
 class CallState(enum.Enum):
+    CALLED = "called"  # written by the model, not run yet
     WAITING = "waiting for approval"
     RUNNING = "running"
     DONE = "done"
@@ -36,6 +37,7 @@ class CallState(enum.Enum):
 
 
 _ICONS = {
+    CallState.CALLED: "…",
     CallState.WAITING: "⏳",
     CallState.RUNNING: "⚙",
     CallState.DONE: "✓",

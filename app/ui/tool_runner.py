@@ -46,7 +46,7 @@ class Connected:
         return [t for s in self.statuses for t in s.tools]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)  # Qt connects its cancel to a tab's destroyed
 class RoundHandle:
     """A round under way; :meth:`cancel` stops it (from the GUI thread)."""
 
@@ -229,6 +229,13 @@ class ToolRunner:
         if manager is None or policy is None:
             return []
         return ToolHost(manager, policy, enabled, self.timeout_s).openai_tools()
+
+    def tool_for(self, name: str, enabled: set[tuple[str, str]] | None) -> McpTool | None:
+        """The tool the model calls ``name`` (as :meth:`openai_tools` named it)."""
+        manager, policy = self._manager, self._policy
+        if manager is None or policy is None:
+            return None
+        return ToolHost(manager, policy, enabled, self.timeout_s).tool(name)
 
     def tools(self, enabled: set[tuple[str, str]] | None = None) -> list[McpTool]:
         """The connected tools (those in ``enabled``)."""
