@@ -180,3 +180,20 @@ def test_a_history_with_calls_and_results_is_checked(client: openai.OpenAI) -> N
         f"{client.base_url}chat/completions", json={"messages": bad_result}, timeout=30
     )
     assert response.status_code == 400 and "tool_call_id" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("choice", ["auto", "none"])
+def test_auto_and_none_answer_with_text_or_calls(client: openai.OpenAI, choice: str) -> None:
+    """auto: the lazy grammar is built (llama.cpp would abort the server on a bad trigger
+    pattern) and a reply that opens no call is text; none: never a call."""
+    reply = client.chat.completions.create(
+        model="x", messages=ASK, tools=TOOLS, tool_choice=choice, temperature=0, max_tokens=16
+    )
+    choice_out = reply.choices[0]
+    if choice == "none":
+        assert not choice_out.message.tool_calls
+    if choice_out.message.tool_calls:
+        assert choice_out.finish_reason == "tool_calls"
+    else:
+        assert choice_out.finish_reason in ("stop", "length")
+        assert choice_out.message.content is not None
