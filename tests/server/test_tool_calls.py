@@ -183,7 +183,7 @@ def test_a_history_with_calls_and_results_is_checked(client: openai.OpenAI) -> N
 
 
 @pytest.mark.parametrize("choice", ["auto", "none"])
-def test_auto_and_none_answer_with_text_or_calls(client: openai.OpenAI, choice: str) -> None:
+def test_auto_and_none_answer_with_text_or_calls(client: openai.OpenAI, choice: Any) -> None:
     """auto: the lazy grammar is built (llama.cpp would abort the server on a bad trigger
     pattern) and a reply that opens no call is text; none: never a call."""
     reply = client.chat.completions.create(
@@ -197,3 +197,29 @@ def test_auto_and_none_answer_with_text_or_calls(client: openai.OpenAI, choice: 
     else:
         assert choice_out.finish_reason in ("stop", "length")
         assert choice_out.message.content is not None
+
+
+def test_langchain_binds_the_tools_and_reads_the_call(client: openai.OpenAI) -> None:
+    """langchain-openai's ``bind_tools``: the forced call parsed, streamed and not."""
+    from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
+
+    model = ChatOpenAI(
+        base_url=str(client.base_url),
+        api_key=SecretStr("unused"),
+        model="x",
+        temperature=0,
+        max_retries=0,
+        max_completion_tokens=200,
+    )
+    bound = model.bind_tools(TOOLS, tool_choice="get_weather", parallel_tool_calls=False)
+    message: Any = bound.invoke("the weather in Paris")
+    [call] = message.tool_calls
+    assert call["name"] == "get_weather"
+    jsonschema.validate(call["args"], PARAMETERS)
+    chunks = list(bound.stream("the weather in Paris"))
+    whole: Any = chunks[0]
+    for chunk in chunks[1:]:
+        whole = whole + chunk
+    [streamed] = whole.tool_calls
+    assert streamed["name"] == "get_weather" and streamed["args"] == call["args"]
