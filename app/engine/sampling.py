@@ -62,7 +62,8 @@ def _check_patterns(patterns: tuple[str, ...]) -> None:
     if not patterns:
         raise ContextError("A lazy grammar needs at least one trigger pattern.")
     for pattern in patterns:
-        if "\0" in pattern or "\x00" in pattern or "(?P" in pattern or "(?<" in pattern:
+        # (a NUL would cut the C string; named groups and lookbehinds are not ECMAScript)
+        if "\0" in pattern or "(?P" in pattern or "(?<" in pattern:
             raise ContextError(f"The trigger pattern {pattern!r} cannot be used by llama.cpp.")
         try:
             re.compile(pattern)

@@ -205,3 +205,16 @@ def test_what_the_definitions_cost(models: dict[str, Path]) -> None:
         two = tool_definition_tokens(engine, [WEATHER, TIME])
         assert 0 < one < two
         assert tool_definition_tokens(engine, []) == 0
+
+
+@pytest.mark.parametrize("pattern", ["(", "[a-", "(?P<x>a)", "(?<=a)b", "a\x00b"])
+def test_a_bad_trigger_pattern_is_refused_before_llama_cpp(pattern: str) -> None:
+    """llama.cpp's std::regex throws through the C API on a bad pattern (the process
+    aborts): the sampler refuses it with a sentence first."""
+    from app.engine.errors import ContextError
+    from app.engine.sampling import _check_patterns
+
+    with pytest.raises(ContextError, match="pattern"):
+        _check_patterns((pattern,))
+    with pytest.raises(ContextError, match="at least one"):
+        _check_patterns(())

@@ -62,7 +62,9 @@ class ToolRequest:
         mode, function = _choice(tool_choice)
         if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
             raise ToolSpecError("parallel_tool_calls must be true or false.")
-        return cls(specs, mode, function, parallel_tool_calls is not False)
+        # Off unless asked, as llama-server has it: a forced grammar that allows more
+        # calls lets a small model call again and again.
+        return cls(specs, mode, function, parallel_tool_calls is True)
 
     def spec(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)
