@@ -1,10 +1,10 @@
-"""What tool definitions cost in context: each tool as the model is given it (its OpenAI
-``tools`` entry, JSON), counted with the loaded model's tokenizer on the session thread,
-else estimated from its length (and said to be an estimate).
+"""What tool definitions cost in context: the tokens each tool adds to the loaded model's
+prompt, rendered by its own template the way a turn renders it
+(:func:`~app.engine.tool_calls.cost.tool_definition_tokens`, on the session thread), else
+estimated from the length of its OpenAI ``tools`` entry (and said to be an estimate).
 
-Templates wrap the definitions in a few words of their own, so a count is a little under
-what the prompt holds; it is the part that grows with the tools, which is what a user
-choosing tools weighs against a small context.
+Counted per tool, each alone: the template's words around the list are in every tool's
+count, so a sum is a little over what the prompt holds (on the safe side for a warning).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from app.engine.tool_calls import ToolSpec
+from app.engine.tool_calls.cost import tool_definition_tokens
 from app.mcp.client import McpTool
 
 __all__ = [
@@ -85,12 +87,13 @@ def count_tools(
         return
 
     def counted(result: object) -> None:
-        if isinstance(result, list) and all(isinstance(n, int) for n in result):
+        if isinstance(result, list) and all(isinstance(n, int) and n > 0 for n in result):
             done(ToolCost(tuple(result), False))
-        else:  # the model went meanwhile
+        else:  # the model went meanwhile, or it has no template to render them with
             done(estimate(texts))
 
-    worker.call(lambda engine: [len(engine.tokenize(t, False, True)) for t in texts], counted)
+    specs = [ToolSpec(t.name, dict(t.input_schema), t.description) for t in tools]
+    worker.call(lambda engine: [tool_definition_tokens(engine, [spec]) for spec in specs], counted)
 
 
 def share_warning(cost: ToolCost, n_ctx: int) -> str:
