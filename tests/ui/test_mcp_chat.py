@@ -6,6 +6,7 @@ stored and come back when the chat is opened again; Deny and Stop."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -186,3 +187,30 @@ def test_stop_while_a_call_waits_ends_the_turn_and_sends_nothing(
     blocks = _blocks(tab, thread[1].id)
     assert [b.state for b in blocks] == [CallState.STOPPED] * len(blocks)
     assert "not given their results" in tab.notice.text()
+
+
+def test_closing_the_tab_while_a_call_waits_ends_the_round(
+    qtbot: Any, make_window: Any, qwen_model: Path, tmp_path: Path
+) -> None:
+    window, tab = _chat_with_tool(qtbot, make_window, qwen_model, "write_note", tmp_path)
+    send(qtbot, tab, "Write a note.")
+    _dialog(qtbot, tab)
+    runner = tab.tools.runner
+    cid = tab.cid
+    window.close_tab(window.tab_widget.indexOf(tab))
+    loop = runner.runtime.loop()
+
+    def rounds_left() -> int:
+        return asyncio.run_coroutine_threadsafe(_round_tasks(), loop).result(5)
+
+    qtbot.waitUntil(lambda: rounds_left() == 0, timeout=10000)
+    assert list((tmp_path / "notes").iterdir()) == []  # denied: nothing ran
+    assert [m.role for m in window.db.get_thread(cid)] == ["user", "assistant"]
+
+
+async def _round_tasks() -> int:
+    """Tool rounds still running on the MCP thread."""
+    me = asyncio.current_task()
+    return sum(
+        1 for t in asyncio.all_tasks() if t is not me and "ToolRunner._round" in repr(t.get_coro())
+    )

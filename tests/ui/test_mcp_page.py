@@ -201,3 +201,49 @@ def test_a_server_that_will_not_start_or_hangs_gives_a_sentence_and_the_window_g
     # the GUI thread kept running meanwhile (no gap near the 2 s the hung server took)
     gaps = [b - a for a, b in itertools.pairwise(ticks)]
     assert len(ticks) > 10 and max(gaps) < 1.0
+
+
+def test_an_http_server_with_a_secret_header(qtbot: Any, make_window: Any, home: Path) -> None:
+    import socket
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    child = subprocess.Popen(
+        [sys.executable, str(SERVER_SCRIPT), "http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert child.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        window, _ = make_window(model=None)
+        page = _page(window)
+        _wait(qtbot, page)
+        dialog = page.add_server()
+        dialog.name_edit.setText("web")
+        dialog.http_radio.setChecked(True)
+        dialog.url_edit.setText(f"http://127.0.0.1:{port}/mcp")
+        dialog.headers_table.add_row("Authorization", "Bearer t0ps3cret")
+        dialog.save_button.click()
+        qtbot.waitUntil(lambda: "web" in page.statuses, timeout=30000)
+        _wait(qtbot, page)
+        assert page.statuses["web"].connected, page.statuses["web"].sentence
+        assert "estimated: no model is loaded" in page.status.text()
+        assert page.costs["web"].estimated
+        text = (home / "mcp.json").read_text(encoding="utf-8")
+        assert "t0ps3cret" not in text
+        assert json.loads(text)["mcpServers"]["web"] == {
+            "url": f"http://127.0.0.1:{port}/mcp",
+            "llamadeskSecrets": ["Authorization"],
+        }
+    finally:
+        child.terminate()
+        child.wait(10)
