@@ -173,6 +173,8 @@ class ChatTools:
         self._connecting = False
         self._on_connected: list[Callable[[], None]] = []
         self._update_button()
+        if self.enabled:  # a chat with tools: its servers are ready by its first message
+            self.connect()
 
     # -- connecting and counting ----------------------------------------------------------
 

@@ -88,6 +88,7 @@ class ToolRunner:
         self._closing: asyncio.Event | None = None
         self._holder: asyncio.Task[None] | None = None
         self._connected_mtime: float | None = None  # the mcp.json the connections follow
+        self._waiting: list[Callable[[Connected], None]] | None = None  # a connect under way
 
     def _config_mtime(self) -> float:
         try:
@@ -102,7 +103,12 @@ class ToolRunner:
     # -- connecting -----------------------------------------------------------------------
 
     def connect(self, done: Callable[[Connected], None]) -> None:
-        """(Re)connect the enabled servers of the store; ``done`` on the GUI thread."""
+        """(Re)connect the enabled servers of the store; ``done`` on the GUI thread. While a
+        connect is under way, another waits for it (tabs share the connections)."""
+        if self._waiting is not None:
+            self._waiting.append(done)
+            return
+        self._waiting = [done]
 
         def finished(result: object) -> None:
             if isinstance(result, BaseException):
@@ -111,10 +117,11 @@ class ToolRunner:
             assert isinstance(result, Connected)
             self.connected = result
             self._connected_mtime = mtime
-            done(result)
+            waiting, self._waiting = self._waiting or [], None
+            for callback in waiting:
+                callback(result)
 
         mtime = self._config_mtime()
-
         self.runtime.submit(self._connect(), finished)
 
     async def _connect(self) -> Connected:

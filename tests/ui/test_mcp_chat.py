@@ -152,6 +152,10 @@ def test_a_call_is_asked_run_answered_stored_and_shown_again(
     assert [b.state for b in shown] == [CallState.DONE] * n
     assert [b.view.result for b in shown] == [m.content for m in results]
     assert [json.loads(b.view.arguments) for b in shown] == arguments
+    # its tools are still on, and its next message offers them
+    assert again.tools.enabled == {("test", "pick")}
+    request = again.tool_turns.request(continuing=False)
+    assert request is not None and [t.name for t in request.tools] == ["pick"]
 
 
 def test_deny_writes_nothing_and_the_model_is_told(
