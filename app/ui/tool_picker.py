@@ -160,6 +160,7 @@ class ChatTools:
         self.runner: ToolRunner | None = runner if isinstance(runner, ToolRunner) else None
         self.costs: dict[Pair, int] = {}
         self.estimated = True
+        self._counted_with: str | None = None  # the model the costs were counted with
         self.button = QToolButton()
         self.button.setObjectName("tools-button")
         self.button.setToolTip("The MCP tools this chat may use (each call asks first)")
@@ -209,6 +210,10 @@ class ChatTools:
             then()
 
     def _count(self, tools: list[McpTool]) -> None:
+        model = self.tab.host.model_path() if self.tab.host.model_ready() else None
+        if model != self._counted_with:  # another tokenizer and template: count again
+            self.costs.clear()
+            self._counted_with = model
         missing = [t for t in tools if (t.server, t.name) not in self.costs]
         if not missing:
             self._update_button()
@@ -224,13 +229,6 @@ class ChatTools:
             self._refresh_picker()
 
         count_tools(missing, self.tab.host.worker, self.tab.host.model_ready(), counted)
-
-    def model_changed(self) -> None:
-        """Another model (another tokenizer, another context): count again."""
-        self.costs.clear()
-        if self.runner is not None and self.runner.connected is not None:
-            self._count(self.runner.connected.tools())
-        self._update_button()
 
     # -- the choice -----------------------------------------------------------------------
 
