@@ -120,10 +120,16 @@ def test_a_recorded_round_trip_stores_the_call_and_its_result(
         none = ToolRequest((WEATHER,), ToolChoiceMode.NONE)
         short = SamplingParams(temperature=0.0, max_tokens=4)
         second = session.answer(
-            conv.id, reply_id, sampling=short, tools=none, tool_results=[answer]
+            conv.id,
+            reply_id,
+            sampling=short,
+            tools=none,
+            tool_results=[answer],
+            tool_outcomes={call.call_id: "ok"},
         ).result(TIMEOUT)
         assert recorder.finish(conv.id, count=2).finish_reason is not FinishReason.ERROR
         [tool_id] = second.tool_message_ids
+        assert db.get_message(tool_id).meta["tool_outcome"] == "ok"
         thread = db.get_thread(conv.id, second.reply_message_id)
         assert [m.id for m in thread[-3:]] == [reply_id, tool_id, second.reply_message_id]
         assert history(thread)[1:3] == (
