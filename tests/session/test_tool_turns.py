@@ -141,3 +141,23 @@ def test_a_recorded_round_trip_stores_the_call_and_its_result(
         assert [m.chat() for m in db.get_thread(copy)] == [m.chat() for m in thread]
     finally:
         db.close()
+
+
+def test_a_fork_after_a_tool_turn_takes_over_the_cache(
+    make_session: Callable[..., tuple[Session, Recorder]], qwen_model: Path
+) -> None:
+    """The fork point is found with the tools rendered, as the turn rendered them."""
+    session, recorder = make_session(qwen_model, CONTEXT)
+    recorder.follow(1)
+    recorder.follow(2)
+    session.open(1)
+    history = [ChatMessage("user", "the weather in Paris")]
+    session.submit(1, history, sampling=GREEDY, tools=FORCED)
+    result = recorder.finish(1)
+    session.fork(1, 2, history)
+    recorder.wait(lambda: bool(recorder.of(2, ev.ConversationForked)))
+    [forked] = recorder.of(2, ev.ConversationForked)
+    assert isinstance(forked, ev.ConversationForked)
+    # The prompt's tokens but the generation prompt's header (the fork ends at the message;
+    # without the tools rendered it would end where the system text listing them begins).
+    assert result.n_prompt - 16 <= forked.n_tokens < result.n_prompt, (forked, result.n_prompt)
