@@ -15,7 +15,7 @@ from app.engine.chat_template import ReasoningOptions
 from app.engine.tool_calls import ToolSpec
 from app.engine.tool_calls.request import ToolChoiceMode, ToolRequest
 from app.messages import history
-from app.session import ChatMessage, FinishReason, Session
+from app.session import ChatMessage, FinishReason, MessageToolCall, Session
 from app.session import events as ev
 from app.storage import Database
 from app.storage.export import export_json, import_json
@@ -161,3 +161,28 @@ def test_a_fork_after_a_tool_turn_takes_over_the_cache(
     # The prompt's tokens but the generation prompt's header (the fork ends at the message;
     # without the tools rendered it would end where the system text listing them begins).
     assert result.n_prompt - 16 <= forked.n_tokens < result.n_prompt, (forked, result.n_prompt)
+
+
+def test_the_markdown_export_shows_calls_and_results(tmp_path: Path) -> None:
+    from app.storage.export import export_markdown
+
+    db = Database.open(tmp_path / "chats.db")
+    try:
+        conv = db.create_conversation()
+        call = MessageToolCall("call_1", "get_weather", '{"city": "Paris"}')
+        user = db.add_message(conv.id, "user", "weather?")
+        reply = db.add_message(
+            conv.id,
+            "assistant",
+            "",
+            parent_id=user.id,
+            meta=ChatMessage("assistant", "", tool_calls=(call,)).storage_meta(),
+        )
+        result = ChatMessage("tool", "sunny", tool_call_id="call_1", name="get_weather")
+        db.add_message(conv.id, "tool", "sunny", parent_id=reply.id, meta=result.storage_meta())
+        text = export_markdown(db, [conv.id])
+        assert "Called `get_weather` (call `call_1`):" in text and '{"city": "Paris"}' in text
+        assert "Result of `get_weather` (call `call_1`):" in text and "sunny" in text
+        assert "*(empty)*" not in text
+    finally:
+        db.close()
