@@ -425,7 +425,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     params = sampling_params(args, _read_grammar(args.grammar))
     settings = context_settings(args, args.parallel)
     if args.mcp is not None:
-        return mcp_run_cli.cmd_run_mcp(args, params, reasoning, settings)
+        return mcp_run_cli.cmd_run_mcp(args, path, prompt, params, reasoning, settings)
     per_model = placement  # the chat template and the devices
     if args.resume_session and not Path(args.resume_session).is_file():
         raise LlamaDeskError(

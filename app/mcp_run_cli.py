@@ -95,8 +95,16 @@ def _asker(allowed: frozenset[str], interactive: bool) -> Any:
     return ask
 
 
-def cmd_run_mcp(args: argparse.Namespace, sampling: Any, reasoning: Any, settings: Any) -> int:
-    """Run the turn (``sampling``, ``reasoning``, ``settings``: run's own, from its flags)."""
+def cmd_run_mcp(
+    args: argparse.Namespace,
+    path: Path,
+    prompt: str,
+    sampling: Any,
+    reasoning: Any,
+    settings: Any,
+) -> int:
+    """Run the turn on the model ``path`` (``sampling``, ``reasoning``, ``settings``: run's
+    own, from its flags)."""
     import anyio
 
     from app.mcp.config import load_config
@@ -104,17 +112,22 @@ def cmd_run_mcp(args: argparse.Namespace, sampling: Any, reasoning: Any, setting
     config = load_config(Path(args.mcp))
     if args.max_rounds < 1:
         raise LlamaDeskError(f"--max-rounds must be at least 1, not {args.max_rounds}.")
-    return anyio.run(_run, args, config, sampling, reasoning, settings)
+    return anyio.run(_run, args, path, prompt, config, sampling, reasoning, settings)
 
 
 async def _run(
-    args: argparse.Namespace, config: Any, sampling: Any, reasoning: Any, settings: Any
+    args: argparse.Namespace,
+    path: Path,
+    prompt: str,
+    config: Any,
+    sampling: Any,
+    reasoning: Any,
+    settings: Any,
 ) -> int:
     import anyio.to_thread
 
     from app.engine.tool_calls import ToolSpecError, tool_specs
     from app.engine.tool_calls.request import ToolChoiceMode, ToolRequest
-    from app.engine_cli import _resolve_model_and_prompt
     from app.mcp.approval import ApprovalPolicy
     from app.mcp.client import McpManager
     from app.mcp.host import ModelCall, ToolHost
@@ -122,7 +135,6 @@ async def _run(
     from app.session import ChatMessage, FinishReason, Session
     from app.session import events as ev
 
-    path, prompt = _resolve_model_and_prompt(args)
     events: queue.SimpleQueue[Any] = queue.SimpleQueue()
     session = Session(stream_interval_s=0.0, name="llamadesk-run-mcp")
     out: dict[str, Any] = {"rounds": []}

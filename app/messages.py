@@ -22,6 +22,7 @@ from typing import Any, Final, Protocol
 TOOL_CALLS_KEY: Final = "tool_calls"  # an assistant's: [{"id", "name", "arguments"}]
 TOOL_CALL_ID_KEY: Final = "tool_call_id"  # a tool result's: the call it answers
 TOOL_NAME_KEY: Final = "tool_name"  # a tool result's: the function that was called
+TOOL_OUTCOME_KEY: Final = "tool_outcome"  # a tool result's: how the call went (the client's word)
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,6 +92,7 @@ class Answer:
     # Results of the calls the reply ``parent_id`` made ("tool" messages), recorded under
     # it before the next reply (``user_text`` is None then).
     tool_results: tuple[ChatMessage, ...] = ()
+    tool_outcomes: tuple[tuple[str, str], ...] = ()  # (call id, outcome) stored with a result
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from app.errors import LlamaDeskError
-from app.messages import TOOL_CALLS_KEY
+from app.messages import TOOL_CALLS_KEY, TOOL_OUTCOME_KEY
 from app.messages import history as history  # a stored thread as a turn's messages
 from app.session.types import ChatMessage, FinishReason, MessageToolCall, TurnResult
 
@@ -152,10 +152,16 @@ class Recorder:
         """The user's message (an edit is a sibling: the edited message's parent)."""
         return self.db.add_message(conversation_id, "user", text, parent_id=parent_id)
 
-    def add_tool_result(self, conversation_id: int, result: ChatMessage, parent_id: int) -> Message:
-        """A tool's result (``role`` "tool"), under the reply that called it."""
+    def add_tool_result(
+        self, conversation_id: int, result: ChatMessage, parent_id: int, outcome: str = ""
+    ) -> Message:
+        """A tool's result (``role`` "tool"), under the reply that called it; ``outcome``:
+        how the call went, as the client says it (ok, denied, timeout...)."""
+        meta = result.storage_meta()
+        if outcome:
+            meta[TOOL_OUTCOME_KEY] = outcome
         return self.db.add_message(
-            conversation_id, "tool", result.content, parent_id=parent_id, meta=result.storage_meta()
+            conversation_id, "tool", result.content, parent_id=parent_id, meta=meta
         )
 
     def begin_reply(self, conversation_id: int, parent_id: int | None, model: str) -> Message:

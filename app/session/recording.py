@@ -80,7 +80,8 @@ class Recording:
             for result in command.tool_results:
                 if parent is None:
                     raise LlamaDeskError("Tool results answer a reply: give its id as the parent.")
-                parent = recorder.add_tool_result(cid, result, parent).id
+                outcome = dict(command.tool_outcomes).get(result.tool_call_id, "")
+                parent = recorder.add_tool_result(cid, result, parent, outcome).id
                 tool_ids.append(parent)
             message = recorder.begin_reply(cid, parent, model.path)
             thread = recorder.db.get_thread(cid, message.id)

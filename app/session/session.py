@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
@@ -215,6 +215,7 @@ class Session:
         reasoning: ReasoningOptions | None = None,
         tools: ToolRequest | None = None,
         tool_results: Iterable[ChatMessage] = (),
+        tool_outcomes: Mapping[str, str] | None = None,
     ) -> Future[RecordedTurn]:
         """A chat turn the session records (it needs a database): the user's message
         ``user_text`` under ``parent_id`` (an edit: the edited message's parent; None
@@ -226,7 +227,8 @@ class Session:
         ``tools``: the functions the reply may call (its calls are stored with it). To
         continue after calls, answer the reply that made them (``parent_id``) with
         ``tool_results``: one ``ChatMessage("tool", text, tool_call_id=..., name=...)``
-        per call, recorded under it, then the next reply."""
+        per call, recorded under it, then the next reply. ``tool_outcomes``: how each
+        call went (by call id: "ok", "denied"...), stored with its result."""
         cid = ConversationId(conversation_id)
         future: Future[RecordedTurn] = Future()
         self.post(
@@ -242,6 +244,7 @@ class Session:
                 future,
                 tools,
                 tuple(tool_results),
+                tuple((tool_outcomes or {}).items()),
             )
         )
         return future

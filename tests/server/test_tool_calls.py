@@ -223,3 +223,14 @@ def test_langchain_binds_the_tools_and_reads_the_call(client: openai.OpenAI) -> 
         whole = whole + chunk
     [streamed] = whole.tool_calls
     assert streamed["name"] == "get_weather" and streamed["args"] == call["args"]
+
+
+def test_a_deeply_nested_schema_is_a_400(client: openai.OpenAI) -> None:
+    schema: dict[str, Any] = {"type": "object"}
+    for _ in range(400):  # within what the JSON reader takes, beyond the schema checker
+        schema = {"type": "object", "properties": {"a": schema}}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+    body = {"messages": ASK, "tools": tools}
+    response = httpx2.post(f"{client.base_url}chat/completions", json=body, timeout=60)
+    assert response.status_code == 400, response.text
+    assert "nested too deeply" in response.json()["error"]["message"]

@@ -15,7 +15,7 @@ from app.engine.chat_template import ReasoningOptions
 from app.engine.tool_calls import ToolSpec
 from app.engine.tool_calls.request import ToolChoiceMode, ToolRequest
 from app.messages import history
-from app.session import ChatMessage, FinishReason, Session
+from app.session import ChatMessage, FinishReason, MessageToolCall, Session
 from app.session import events as ev
 from app.storage import Database
 from app.storage.export import export_json, import_json
@@ -120,10 +120,16 @@ def test_a_recorded_round_trip_stores_the_call_and_its_result(
         none = ToolRequest((WEATHER,), ToolChoiceMode.NONE)
         short = SamplingParams(temperature=0.0, max_tokens=4)
         second = session.answer(
-            conv.id, reply_id, sampling=short, tools=none, tool_results=[answer]
+            conv.id,
+            reply_id,
+            sampling=short,
+            tools=none,
+            tool_results=[answer],
+            tool_outcomes={call.call_id: "ok"},
         ).result(TIMEOUT)
         assert recorder.finish(conv.id, count=2).finish_reason is not FinishReason.ERROR
         [tool_id] = second.tool_message_ids
+        assert db.get_message(tool_id).meta["tool_outcome"] == "ok"
         thread = db.get_thread(conv.id, second.reply_message_id)
         assert [m.id for m in thread[-3:]] == [reply_id, tool_id, second.reply_message_id]
         assert history(thread)[1:3] == (
@@ -133,5 +139,50 @@ def test_a_recorded_round_trip_stores_the_call_and_its_result(
         # Export and import carry the calls and results.
         [copy] = import_json(db, export_json(db, [conv.id]))
         assert [m.chat() for m in db.get_thread(copy)] == [m.chat() for m in thread]
+    finally:
+        db.close()
+
+
+def test_a_fork_after_a_tool_turn_takes_over_the_cache(
+    make_session: Callable[..., tuple[Session, Recorder]], qwen_model: Path
+) -> None:
+    """The fork point is found with the tools rendered, as the turn rendered them."""
+    session, recorder = make_session(qwen_model, CONTEXT)
+    recorder.follow(1)
+    recorder.follow(2)
+    session.open(1)
+    history = [ChatMessage("user", "the weather in Paris")]
+    session.submit(1, history, sampling=GREEDY, tools=FORCED)
+    result = recorder.finish(1)
+    session.fork(1, 2, history)
+    recorder.wait(lambda: bool(recorder.of(2, ev.ConversationForked)))
+    [forked] = recorder.of(2, ev.ConversationForked)
+    assert isinstance(forked, ev.ConversationForked)
+    # The prompt's tokens but the generation prompt's header (the fork ends at the message;
+    # without the tools rendered it would end where the system text listing them begins).
+    assert result.n_prompt - 16 <= forked.n_tokens < result.n_prompt, (forked, result.n_prompt)
+
+
+def test_the_markdown_export_shows_calls_and_results(tmp_path: Path) -> None:
+    from app.storage.export import export_markdown
+
+    db = Database.open(tmp_path / "chats.db")
+    try:
+        conv = db.create_conversation()
+        call = MessageToolCall("call_1", "get_weather", '{"city": "Paris"}')
+        user = db.add_message(conv.id, "user", "weather?")
+        reply = db.add_message(
+            conv.id,
+            "assistant",
+            "",
+            parent_id=user.id,
+            meta=ChatMessage("assistant", "", tool_calls=(call,)).storage_meta(),
+        )
+        result = ChatMessage("tool", "sunny", tool_call_id="call_1", name="get_weather")
+        db.add_message(conv.id, "tool", "sunny", parent_id=reply.id, meta=result.storage_meta())
+        text = export_markdown(db, [conv.id])
+        assert "Called `get_weather` (call `call_1`):" in text and '{"city": "Paris"}' in text
+        assert "Result of `get_weather` (call `call_1`):" in text and "sunny" in text
+        assert "*(empty)*" not in text
     finally:
         db.close()

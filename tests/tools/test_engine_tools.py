@@ -218,3 +218,51 @@ def test_a_bad_trigger_pattern_is_refused_before_llama_cpp(pattern: str) -> None
         _check_patterns((pattern,))
     with pytest.raises(ContextError, match="at least one"):
         _check_patterns(())
+
+
+def test_the_demo_model_makes_a_forced_call_and_the_round_trip_hits_the_cache() -> None:
+    """The demo model (ChatML, no tools in its template: the generic JSON form, a real BPE
+    vocabulary): a forced call parses and fits, and the history re-sent with the call and
+    its result is read from the cache (the prompt at least)."""
+    from app.paths import demo_model_path
+
+    with Engine.open(demo_model_path(), small_settings(n_ctx=512)) as engine:
+        assert engine.template is not None
+        assert engine.template.tool_caps.fmt is ToolCallFormat.GENERIC
+        # (a small tool: the model's context is 512 tokens)
+        tool = ToolSpec(
+            "weather",
+            {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}}},
+            "The weather.",
+        )
+        request = ToolRequest((tool,), ToolChoiceMode.REQUIRED, parallel=False)
+        key = engine.open_sequence()
+        messages: list[dict[str, object]] = [{"role": "user", "content": "Weather in Paris?"}]
+        engine.set_chat(key, messages, tools=request)
+        completion = engine.complete(key, SamplingParams(temperature=0.0, max_tokens=120))
+        assert completion.finish_reason == "tool_calls", completion.text
+        [call] = completion.tool_calls
+        jsonschema.validate(call.arguments, tool.parameters)
+        n_held = len(engine.tokens(key))
+        messages += [
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": call.call_id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments_text},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": call.call_id, "name": call.name, "content": "sunny"},
+        ]
+        # (a small reply reserve: the default quarter of 512 would drop the first message)
+        n_new = engine.set_chat(key, messages, tools=ToolRequest((tool,)), reserve=16)
+        reused = len(engine.tokens(key)) + len(engine.pending_tokens(key)) - n_new
+        # The prompt comes back from the cache; the call from where the model's sampled
+        # tokens differ from its text's tokenization on (the grammar lets it spell
+        # '{"tool_call' as '{"tool_ca' + 'll'...: processed again, as app/engine/chat_fit
+        # does for any reply).
+        assert completion.n_prompt <= reused < n_held + 1, (reused, completion.n_prompt, n_held)

@@ -66,13 +66,6 @@ class ToolCaps:
     shows_calls_with_text: bool = True  # ... also when the message has text
     object_arguments: bool = True  # a call's arguments as an object (else: JSON text)
     null_content: bool = True  # a message with calls may have content None (else: "")
-    # The function objects alone, not OpenAI's {"type", "function"} wrappers: for templates
-    # that unwrap them in a way Jinja2 scopes away (Command R+ sets the loop variable).
-    flat_tools: bool = False
-
-    def tools_variable(self, tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-        listed = openai_tools(tools)
-        return [t["function"] for t in listed] if self.flat_tools else listed
 
 
 def openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
@@ -103,12 +96,9 @@ def _probe_messages(arguments: Any, content: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _try(render: RenderRaw, messages: list[dict[str, Any]], flat: bool = False) -> str | None:
-    listed = openai_tools([_PROBE_TOOL])
+def _try(render: RenderRaw, messages: list[dict[str, Any]]) -> str | None:
     try:
-        return render(
-            messages, False, {"tools": [t["function"] for t in listed] if flat else listed}
-        )
+        return render(messages, False, {"tools": openai_tools([_PROBE_TOOL])})
     except Exception as error:  # a template is foreign code: anything may come out
         log.debug("Tool probe refused: %s", error)
         return None
@@ -126,21 +116,20 @@ def probe_tool_caps(render: RenderRaw, source: str) -> ToolCaps:
         return ToolCaps(False, fmt, shows_calls=False, shows_calls_with_text=False)
     alone = [{"role": "user", "content": "Hello."}]
     shown = _try(render, alone)
-    flat = shown is None and _try(render, alone, flat=True) is not None
     # (a family's template that does not list the tools: DeepSeek R1's distills)
-    lists_tools = flat or (shown is not None and _PROBE_TOOL.name in shown)
+    lists_tools = shown is not None and _PROBE_TOOL.name in shown
     as_object = {"probe_arg": _NEEDLE}
     as_text = json.dumps(as_object)
-    with_object = _try(render, _probe_messages(as_object, ""), flat)
+    with_object = _try(render, _probe_messages(as_object, ""))
     object_arguments = _shows_arguments(with_object) or not _shows_arguments(
-        _try(render, _probe_messages(as_text, ""), flat)
+        _try(render, _probe_messages(as_text, ""))
     )
     arguments = as_object if object_arguments else as_text
-    with_none = _try(render, _probe_messages(arguments, None), flat)
+    with_none = _try(render, _probe_messages(arguments, None))
     null_content = with_none is not None and "None" not in with_none.replace(_NEEDLE, "")
-    shows_calls = _NEEDLE in (_try(render, _probe_messages(arguments, ""), flat) or "")
-    with_text = _NEEDLE in (_try(render, _probe_messages(arguments, "Text."), flat) or "")
-    return ToolCaps(lists_tools, fmt, shows_calls, with_text, object_arguments, null_content, flat)
+    shows_calls = _NEEDLE in (_try(render, _probe_messages(arguments, "")) or "")
+    with_text = _NEEDLE in (_try(render, _probe_messages(arguments, "Text.")) or "")
+    return ToolCaps(lists_tools, fmt, shows_calls, with_text, object_arguments, null_content)
 
 
 def _arguments(value: Any, as_object: bool) -> Any:
@@ -220,7 +209,7 @@ def adapt_tool_messages(
     """The messages (OpenAI's shape) and template variables for a render with ``tools``
     (none: only the history's calls are adapted)."""
     if caps.lists_tools:
-        extra: dict[str, Any] = {"tools": caps.tools_variable(tools)} if tools else {}
+        extra: dict[str, Any] = {"tools": openai_tools(tools)} if tools else {}
         return [_native_message(m, caps) for m in messages], extra
     if caps.fmt is ToolCallFormat.GENERIC:
         adapted = [_generic_message(m) for m in messages]
