@@ -17,7 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from app import remote_cli
+from app import mcp_run_cli, remote_cli
 from app.errors import LlamaDeskError
 from app.settings_schema import (
     CONTEXT_FIELDS,
@@ -191,6 +191,7 @@ def register(sub: Any) -> None:
         help="print one JSON object with results (text, reasoning) and timings",
     )
     remote_cli.add_run_args(p)  # run --remote URL: app/remote_cli.py
+    mcp_run_cli.add_run_args(p)  # run --mcp FILE: app/mcp_run_cli.py
     p.set_defaults(func=cmd_run)
     # Options may come between MODEL and PROMPT (`run m.gguf --raw "hi"`): app.cli parses
     # this subcommand again with parse_intermixed_args.
@@ -429,6 +430,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise LlamaDeskError(f"--parallel must be at least 1, not {args.parallel}.")
     params = sampling_params(args, _read_grammar(args.grammar))
     settings = context_settings(args, args.parallel)
+    if args.mcp is not None:
+        return mcp_run_cli.cmd_run_mcp(args, path, prompt, params, reasoning, settings)
     per_model = placement  # the chat template and the devices
     if args.resume_session and not Path(args.resume_session).is_file():
         raise LlamaDeskError(

@@ -26,6 +26,8 @@ from app.engine.events import (
     SequenceFailed,
     StateRestored,
     TokenText,
+    ToolCallArguments,
+    ToolCallStarted,
 )
 from app.engine.metadata import ModelInfo, fingerprint, read_model_info
 from app.engine.settings import ContextSettings, ModelSettings, SamplingParams
@@ -85,6 +87,8 @@ __all__ = [
     "StateError",
     "StateRestored",
     "TokenText",
+    "ToolCallArguments",
+    "ToolCallStarted",
     "fingerprint",
     "read_model_info",
 ]

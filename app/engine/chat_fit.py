@@ -23,6 +23,7 @@ from app.engine.handles import Handles
 from app.engine.prefix import common_prefix
 from app.engine.reasoning import ReasoningFormat, prompt_opens_reasoning
 from app.engine.sequence import Message, Sequence
+from app.engine.tool_calls.specs import ToolSpec
 
 
 def reply_reserve(max_tokens: int | None, n_ctx_seq: int) -> int:
@@ -59,6 +60,11 @@ def _split_head(messages: list[Message]) -> tuple[list[Message], list[Message]]:
     """The system prompt (kept by every shift) and the messages after it."""
     head = messages[:1] if messages and messages[0].get("role") == "system" else []
     return head, messages[len(head) :]
+
+
+def _tools(seq: Sequence) -> tuple[ToolSpec, ...]:
+    """The tools every render of the chat lists (the same prefix each time)."""
+    return seq.tools.tools if seq.tools is not None else ()
 
 
 class ChatFitter:
@@ -99,7 +105,7 @@ class ChatFitter:
         low = budget // 2
         while True:
             kept = head + body[dropped:]
-            text = h.render_chat(kept, add_generation_prompt, reasoning)
+            text = h.render_chat(kept, add_generation_prompt, reasoning, _tools(seq))
             tokens = h.tokenize_chat(text)
             limit = budget if dropped == start else low
             if len(tokens) <= limit or dropped >= len(body) - 1:
@@ -112,7 +118,8 @@ class ChatFitter:
                 f"{n_ctx_seq:,}: {advice}."
             )
         if head:
-            n_keep = common_prefix(h.tokenize_chat(h.render_chat(head, False, reasoning)), tokens)
+            head_text = h.render_chat(head, False, reasoning, _tools(seq))
+            n_keep = common_prefix(h.tokenize_chat(head_text), tokens)
         else:
             n_keep = 1 if model.add_bos else 0
         template = h.template
@@ -120,7 +127,9 @@ class ChatFitter:
         reasoning_format = (
             template.reasoning_format if add_generation_prompt else ReasoningFormat.NONE
         )
-        marks = self._marks(n_keep, kept, tokens, reasoning) if h.traits.needs_checkpoints else ()
+        marks = (
+            self._marks(seq, n_keep, kept, tokens, reasoning) if h.traits.needs_checkpoints else ()
+        )
         return FittedChat(
             msgs,
             dropped,
@@ -135,6 +144,7 @@ class ChatFitter:
 
     def _marks(
         self,
+        seq: Sequence,
         n_keep: int,
         kept: list[Message],
         tokens: list[int],
@@ -145,7 +155,9 @@ class ChatFitter:
         marks = [n_keep] if n_keep > 1 else []
         last_user = max((i for i, m in enumerate(kept) if m.get("role") == "user"), default=0)
         if last_user > 0:
-            before = self._h.tokenize_chat(self._h.render_chat(kept[:last_user], False, reasoning))
+            before = self._h.tokenize_chat(
+                self._h.render_chat(kept[:last_user], False, reasoning, _tools(seq))
+            )
             if common_prefix(before, tokens) == len(before):
                 marks.append(len(before))
         return tuple(marks)
@@ -158,7 +170,9 @@ class ChatFitter:
         body = body[seq.n_dropped :]
         bounds = []
         for i in range(1, len(body) + 1):
-            toks = self._h.tokenize_chat(self._h.render_chat(head + body[:i], False, seq.reasoning))
+            toks = self._h.tokenize_chat(
+                self._h.render_chat(head + body[:i], False, seq.reasoning, _tools(seq))
+            )
             n = common_prefix(toks, seq.tokens)
             if n == len(toks):
                 bounds.append(n)

@@ -58,6 +58,7 @@ from app.engine.scheduler import Scheduler
 from app.engine.sequence import Message, Phase, Sequence, SequenceInfo, require_idle
 from app.engine.settings import ContextSettings, ModelSettings, SamplingParams, SettingsError
 from app.engine.snapshots import Snapshots
+from app.engine.tool_calls.request import ToolRequest, tool_turn
 from app.fsutil import atomic_write_bytes
 
 __all__ = ["Engine", "Message", "SequenceInfo"]  # SequenceInfo: where it was imported from
@@ -358,8 +359,10 @@ class Engine:
         add_generation_prompt: bool = True,
         reserve: int | None = None,
         reasoning: ReasoningOptions | None = None,
+        tools: ToolRequest | None = None,
     ) -> int:
         """Queue a conversation; only the suffix the cache does not hold is processed.
+        ``tools``: the functions the reply may call (app.engine.tool_calls.turns).
 
         Returns the number of tokens that will be processed. When the conversation does not
         fit, the oldest messages after the system prompt are left out (the same ones a
@@ -367,7 +370,12 @@ class Engine:
         """
         seq = self._seq(key)
         require_idle(seq)
+        seq.tools = tools
         fit = self._fitter.fit(seq, messages, system, add_generation_prompt, reserve, reasoning)
+        off = fit.reasoning is not None and fit.reasoning.enable_thinking is False
+        seq.tool_turn = tool_turn(
+            self._h.template, tools, fit.reasoning_format, fit.opens_reasoning, off
+        )
         seq.messages, seq.n_dropped, seq.reasoning = fit.messages, fit.n_dropped, fit.reasoning
         seq.n_keep, seq.reserve = fit.n_keep, fit.reserve
         seq.reasoning_format, seq.opens_reasoning = fit.reasoning_format, fit.opens_reasoning
@@ -386,7 +394,7 @@ class Engine:
     def set_tokens(self, key: int, tokens: list[int]) -> int:
         seq = self._seq(key)
         require_idle(seq)
-        seq.messages, seq.n_dropped = None, 0
+        seq.messages, seq.n_dropped, seq.tools, seq.tool_turn = None, 0, None, None
         seq.reasoning_format, seq.opens_reasoning = ReasoningFormat.NONE, False
         seq.n_keep = 1 if self._h.need_model().add_bos else 0
         return self._prompts.set_tokens(seq, list(tokens))

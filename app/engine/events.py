@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 from app.engine.reasoning import Channel
+from app.engine.tool_calls.events import ToolCall
 
 
 @dataclass
@@ -14,7 +15,7 @@ class Completion:
 
     text: str = ""  # the answer (a reasoning model's thinking is in ``reasoning``)
     tokens: list[int] = field(default_factory=list)
-    finish_reason: str = ""  # eog | length | stop | aborted | context_full | error
+    finish_reason: str = ""  # eog | length | stop | tool_calls | aborted | context_full | error
     n_prompt: int = 0  # prompt tokens this turn (cached + processed)
     n_prompt_processed: int = 0  # prompt tokens actually decoded this turn
     prompt_ms: float = 0.0
@@ -27,6 +28,8 @@ class Completion:
     last_token_at: float = 0.0  # ... and the last
     # The reply's tokens where no ids are held (a remote server's count); None: len(tokens)
     n_reply_tokens: int | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)  # the reply's calls, parsed
+    tool_errors: list[str] = field(default_factory=list)  # calls that broke or do not fit
 
     @property
     def stream_ms(self) -> float:
@@ -79,6 +82,25 @@ class TokenText:
 
 
 @dataclass(frozen=True)
+class ToolCallStarted:
+    """A tool call begins in the reply: its index among the reply's calls, id and name."""
+
+    key: int
+    index: int
+    call_id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ToolCallArguments:
+    """More of the arguments (JSON text, only ever appended) of the call at ``index``."""
+
+    key: int
+    index: int
+    fragment: str
+
+
+@dataclass(frozen=True)
 class ContextShifted:
     key: int
     n_discarded: int
@@ -126,6 +148,8 @@ class RestoreOutcome(enum.Enum):
 Event = (
     PromptProgress
     | TokenText
+    | ToolCallStarted
+    | ToolCallArguments
     | ContextShifted
     | Finished
     | SequenceFailed

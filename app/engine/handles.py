@@ -4,6 +4,7 @@ so the rooms reach them through here rather than keeping their own references.""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from app.engine.cache import CacheTraits
@@ -14,6 +15,7 @@ from app.engine.events import Event
 from app.engine.model import Model
 from app.engine.sequence import Message, SequenceTable
 from app.engine.template_choice import EndMarkers
+from app.engine.tool_calls.specs import ToolSpec
 
 
 class Handles:
@@ -60,12 +62,16 @@ class Handles:
         return layout
 
     def render_chat(
-        self, messages: list[Message], generation_prompt: bool, reasoning: ReasoningOptions | None
+        self,
+        messages: list[Message],
+        generation_prompt: bool,
+        reasoning: ReasoningOptions | None,
+        tools: Sequence[ToolSpec] = (),
     ) -> str:
         if self.template is None:
             raise EngineError("No model is loaded. Load a model first.")
         return self.template.render(
-            messages, add_generation_prompt=generation_prompt, reasoning=reasoning
+            messages, add_generation_prompt=generation_prompt, reasoning=reasoning, tool_specs=tools
         )
 
     def tokenize_chat(self, text: str) -> list[int]:

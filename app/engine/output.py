@@ -8,6 +8,8 @@ import time
 from app.engine.events import Completion, Event, TokenText
 from app.engine.reasoning import Channel, Piece, ReasoningFormat, ReasoningSplitter
 from app.engine.text import StopMatcher, Utf8Stream
+from app.engine.tool_calls.reply import ToolReply
+from app.engine.tool_calls.request import ToolTurn
 
 
 class ReplyStream:
@@ -20,20 +22,28 @@ class ReplyStream:
         stops: list[str],
         reasoning_format: ReasoningFormat,
         opens_reasoning: bool,
+        tools: ToolTurn | None = None,
     ) -> None:
         self.key = key
         self.completion = completion
         self.t_start = 0.0  # when the first token was sampled (perf_counter)
         self._utf8 = Utf8Stream()
         self._stopper = StopMatcher(stops)
-        self._splitter = (
-            ReasoningSplitter(reasoning_format, opens_reasoning)
-            if reasoning_format is not ReasoningFormat.NONE
+        # With tools, the family's parser splits reasoning, text and calls instead.
+        self._tools = (
+            ToolReply(key, completion, tools, lambda: self.t_start)
+            if tools is not None and tools.parse
             else None
         )
-        # A reasoning format's markers may be control tokens (gpt-oss's <|channel|>): the
-        # splitter reads them and keeps them out of the text.
-        self.special_pieces = self._splitter is not None
+        self._splitter = (
+            ReasoningSplitter(reasoning_format, opens_reasoning)
+            if reasoning_format is not ReasoningFormat.NONE and self._tools is None
+            else None
+        )
+        # A reasoning format's markers may be control tokens (gpt-oss's <|channel|>), as
+        # may a call's ([TOOL_CALLS], <|python_tag|>): the splitter or parser reads them
+        # and keeps them out of the text.
+        self.special_pieces = self._splitter is not None or self._tools is not None
 
     @property
     def stopped(self) -> bool:
@@ -54,12 +64,17 @@ class ReplyStream:
         if self._splitter is not None:
             self._emit_pieces(self._splitter.flush(), -1, events)
             self._splitter = None
+        if self._tools is not None:
+            self._tools.finish(events)
+            self._tools = None
         completion = self.completion
         if generated and completion.reasoning and completion.reasoning_ms is None:
             completion.reasoning_ms = (time.perf_counter() - self.t_start) * 1000.0
 
     def _emit_text(self, text: str, token: int, events: list[Event]) -> None:
-        if self._splitter is None:
+        if self._tools is not None:
+            self._tools.feed(text, token, events)
+        elif self._splitter is None:
             self._emit_pieces([Piece(Channel.ANSWER, text)], token, events)
         else:
             self._emit_pieces(self._splitter.feed(text), token, events)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ import numpy as np
 
 from app.engine.errors import ContextError
 from app.engine.settings import SamplingParams
+from app.engine.tool_calls.grammar import CallGrammar
 
 
 @contextlib.contextmanager
@@ -53,6 +55,44 @@ def _grammar_error(said: str) -> str:
     return f"The grammar is not valid GBNF{detail} (llama.cpp could not parse it)."
 
 
+def _check_patterns(patterns: tuple[str, ...]) -> None:
+    """Refuse trigger patterns llama.cpp's std::regex could throw on (it aborts the process
+    through the C API): each must compile, and its text be one a regex reads the same in
+    ECMAScript and Python (the tool grammars write them so; this is the guard)."""
+    if not patterns:
+        raise ContextError("A lazy grammar needs at least one trigger pattern.")
+    for pattern in patterns:
+        # (a NUL would cut the C string; named groups and lookbehinds are not ECMAScript)
+        if "\0" in pattern or "(?P" in pattern or "(?<" in pattern:
+            raise ContextError(f"The trigger pattern {pattern!r} cannot be used by llama.cpp.")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ContextError(f"The trigger pattern {pattern!r} is not valid: {exc}.") from None
+
+
+def _init_grammar(
+    vocab: llama_cpp.llama_vocab_p, grammar: str, lazy_patterns: tuple[str, ...] | None
+) -> llama_cpp.llama_sampler_p:
+    """llama.cpp's grammar sampler (lazy: started where a pattern matches). The grammar
+    was read by :mod:`app.engine.grammar_bounds` already (``SamplingParams.validate``,
+    :func:`~app.engine.tool_calls.grammar.call_grammar`)."""
+    with _stderr_captured() as said:
+        if lazy_patterns is None:
+            sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), b"root")
+        else:
+            _check_patterns(lazy_patterns)
+            words = (ctypes.c_char_p * len(lazy_patterns))(
+                *(p.encode("utf-8") for p in lazy_patterns)
+            )
+            sampler = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+                vocab, grammar.encode("utf-8"), b"root", words, len(lazy_patterns), None, 0
+            )
+    if not sampler:
+        raise ContextError(_grammar_error(said()))
+    return sampler
+
+
 class Sampler:
     def __init__(
         self,
@@ -60,10 +100,15 @@ class Sampler:
         n_vocab: int,
         params: SamplingParams,
         n_ctx: int = 4096,
+        tool_grammar: CallGrammar | None = None,
     ) -> None:
         # validate() also reads the grammar as llama.cpp will (app/engine/grammar_bounds.py):
         # a grammar that would overflow its parser's stack never reaches it.
         params.validate()
+        if params.grammar and tool_grammar is not None:
+            raise ContextError(
+                "A grammar (or response format) and tool calls cannot both constrain a reply."
+            )
         self.params = params
         chain_params = llama_cpp.llama_sampler_chain_default_params()
         chain_params.no_perf = True
@@ -71,13 +116,12 @@ class Sampler:
         self.handle = chain
         try:
             if params.grammar:
-                with _stderr_captured() as said:
-                    grammar = llama_cpp.llama_sampler_init_grammar(
-                        vocab, params.grammar.encode("utf-8"), b"root"
-                    )
-                if not grammar:
-                    raise ContextError(_grammar_error(said()))
-                llama_cpp.llama_sampler_chain_add(chain, grammar)
+                llama_cpp.llama_sampler_chain_add(chain, _init_grammar(vocab, params.grammar, None))
+            elif tool_grammar is not None:
+                patterns = tool_grammar.trigger_patterns if tool_grammar.lazy else None
+                llama_cpp.llama_sampler_chain_add(
+                    chain, _init_grammar(vocab, tool_grammar.grammar, patterns)
+                )
             if (
                 params.repeat_penalty != 1.0
                 or params.frequency_penalty != 0.0

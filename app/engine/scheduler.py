@@ -73,9 +73,11 @@ class Scheduler:
         n_ctx_seq = self._h.n_ctx_seq
         if seq.sampler:
             seq.sampler.close()
-        seq.sampler = Sampler(model.vocab, model.n_vocab, params, n_ctx_seq)
+        tools = seq.tool_turn if seq.messages is not None else None
+        grammar = tools.grammar if tools is not None else None
+        seq.sampler = Sampler(model.vocab, model.n_vocab, params, n_ctx_seq, grammar)
         if params.repeat_penalty != 1.0 or params.frequency_penalty or params.presence_penalty:
-            if not params.grammar:  # the grammar must not see the prompt
+            if not params.grammar and grammar is None:  # the grammar must not see the prompt
                 last_n = n_ctx_seq if params.repeat_last_n < 0 else params.repeat_last_n
                 # The prompt but its last token, whether that token is queued or a
                 # checkpoint's logits stand for it (a regenerate must see what the first
@@ -89,12 +91,14 @@ class Scheduler:
             n_prompt=len(seq.tokens) + len(seq.pending), n_prompt_processed=len(seq.pending)
         )
         stops = list(params.stop)
-        if seq.messages is not None:
+        if seq.messages is not None and (grammar is None or grammar.lazy):
             # A chat turn also ends at the template's end-of-turn text where the model
-            # has no token for it (a template chosen for it, or by the user).
+            # has no token for it (a template chosen for it, or by the user). Not under a
+            # forced call's grammar: it ends the reply itself, and the marker may be part
+            # of the call's syntax (Kimi K3's <|close|>).
             stops += [s for s in self._h.end_markers.strings if s not in stops]
         seq.reply = ReplyStream(
-            seq.key, seq.completion, stops, seq.reasoning_format, seq.opens_reasoning
+            seq.key, seq.completion, stops, seq.reasoning_format, seq.opens_reasoning, tools
         )
         seq.begin_generation()
         seq.prompt_total, seq.prompt_done = len(seq.pending), 0
@@ -320,6 +324,8 @@ class Scheduler:
         ):
             self._snapshots.take_checkpoint(seq, None)  # after the reply: the next turn starts here
         seq.checkpoint_at.clear()
+        if reason in ("eog", "stop") and seq.completion.tool_calls:
+            reason = "tool_calls"  # the reply ended with calls: the client runs them
         seq.completion.finish_reason = reason
         seq.completion.error = error
         seq.finish()

@@ -28,6 +28,7 @@ from app.engine.reasoning import ReasoningFormat
 from app.engine.sampling import Sampler
 from app.engine.settings import SamplingParams
 from app.engine.state_file import SequenceState
+from app.engine.tool_calls.request import ToolRequest, ToolTurn
 
 Message = dict[str, Any]
 
@@ -96,6 +97,9 @@ class Sequence:
     reasoning: ReasoningOptions | None = None  # thinking on/off and effort, per chat
     reasoning_format: ReasoningFormat = ReasoningFormat.NONE
     opens_reasoning: bool = False  # the prompt ended inside an open reasoning block
+    # The tools the chat offers (rendered into its prompt), and how this reply runs them.
+    tools: ToolRequest | None = None
+    tool_turn: ToolTurn | None = None
 
     @property
     def n_past(self) -> int:

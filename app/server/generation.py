@@ -28,6 +28,7 @@ from app.server.reply_items import (
     Item,
     Piece,
     RequestRecord,
+    ToolDelta,
     cached_tokens,
     finish_reason,
 )
@@ -159,7 +160,7 @@ class Generation:
             conv.sink = events.put
             if isinstance(req, ChatRequest):
                 turn = self._session.submit(
-                    conv.cid, req.messages, req.system, req.sampling, req.reasoning
+                    conv.cid, req.messages, req.system, req.sampling, req.reasoning, tools=req.tools
                 )
             else:
                 turn = self._session.submit_tokens(conv.cid, tokens, req.sampling)
@@ -183,6 +184,10 @@ class Generation:
                 elif isinstance(event, ev.TextStreamed):
                     (answer if event.channel is Channel.ANSWER else reasoning).append(event.text)
                     yield Piece(event.text, event.channel)
+                    if gone():
+                        raise ClientGone
+                elif isinstance(event, ev.ToolCallStreamed):
+                    yield ToolDelta(event.index, event.call_id, event.name, event.fragment)
                     if gone():
                         raise ClientGone
                 elif isinstance(event, ev.TurnFinished):
@@ -239,7 +244,7 @@ class Generation:
     ) -> None:
         if conv.name is None or self._store is None or not isinstance(req, ChatRequest):
             return
-        reply = ChatMessage("assistant", answer, reasoning)
+        reply = ChatMessage("assistant", answer, reasoning, tool_calls=result.tool_calls)
         self._store.record(
             conv.cid,
             req.system,

@@ -8,7 +8,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from app.engine.reasoning import Channel
-from app.server.reply_items import Done, Failed, Item, Piece, cached_tokens, finish_reason
+from app.server.reply_items import (
+    Done,
+    Failed,
+    Item,
+    Piece,
+    ToolDelta,
+    cached_tokens,
+    finish_reason,
+)
 from app.session import TurnResult
 
 
@@ -37,6 +45,19 @@ def timings(result: TurnResult) -> dict[str, Any]:
     }
 
 
+def tool_call_delta(item: ToolDelta) -> dict[str, Any]:
+    """A ``delta.tool_calls`` entry: the call's index, id, type and name first (with empty
+    arguments), then fragments of its arguments."""
+    if item.name:
+        return {
+            "index": item.index,
+            "id": item.call_id,
+            "type": "function",
+            "function": {"name": item.name, "arguments": ""},
+        }
+    return {"index": item.index, "function": {"arguments": item.fragment}}
+
+
 def chat_response(items: Iterator[Item], model: str) -> dict[str, Any]:
     answer: list[str] = []
     reasoning: list[str] = []
@@ -46,12 +67,17 @@ def chat_response(items: Iterator[Item], model: str) -> dict[str, Any]:
             (answer if item.channel is Channel.ANSWER else reasoning).append(item.text)
         elif isinstance(item, Failed):
             raise item.error
-        else:
+        elif isinstance(item, Done):
             done = item
     assert done is not None
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(answer)}
+    calls = done.result.tool_calls
+    text = "".join(answer)
+    # OpenAI's shape: content null when the reply is only calls.
+    message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
     if reasoning:
         message["reasoning_content"] = "".join(reasoning)
+    if calls:
+        message["tool_calls"] = [call.to_openai() for call in calls]
     out: dict[str, Any] = {
         "id": new_id("chatcmpl"),
         "object": "chat.completion",
@@ -91,6 +117,8 @@ def chat_chunks(items: Iterator[Item], model: str, include_usage: bool) -> Itera
         if isinstance(item, Piece):
             key = "content" if item.channel is Channel.ANSWER else "reasoning_content"
             yield chunk({key: item.text})
+        elif isinstance(item, ToolDelta):
+            yield chunk({"tool_calls": [tool_call_delta(item)]})
         elif isinstance(item, Failed):
             yield item.error.body()
             return
@@ -118,7 +146,7 @@ def completion_response(items: Iterator[Item], model: str) -> dict[str, Any]:
                 text.append(item.text)
         elif isinstance(item, Failed):
             raise item.error
-        else:
+        elif isinstance(item, Done):
             done = item
     assert done is not None
     return {
@@ -161,7 +189,7 @@ def completion_chunks(
         elif isinstance(item, Failed):
             yield item.error.body()
             return
-        else:
+        elif isinstance(item, Done):
             final = chunk("", finish_reason(item.result.finish_reason))
             final["timings"] = timings(item.result)
             yield final

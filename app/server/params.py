@@ -7,6 +7,7 @@ schema's sentence when a value is out of range.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,14 +16,28 @@ from app.engine import SamplingParams
 from app.engine.chat_template import ReasoningEffort, ReasoningOptions
 from app.engine.grammar_bounds import GrammarBoundsError, GrammarSyntaxError, check_grammar
 from app.engine.json_grammar import SchemaGrammarError, json_object_grammar, schema_grammar
+from app.engine.tool_calls import ToolSpecError
+from app.engine.tool_calls.request import ToolChoiceMode, ToolRequest
 from app.server.errors import ApiError, bad_request
-from app.session import ChatMessage
+from app.session import ChatMessage, MessageToolCall
 from app.settings_schema import SAMPLING_FIELDS
 
 MAX_MESSAGES = 4096
 MAX_STOP = 16
 MAX_NAME = 128
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+# Tool definitions are prompt text the server renders and grammars it builds: bounded like
+# the other inputs (a request of 10,000 tools is refused, not rendered).
+MAX_TOOLS = 128
+MAX_TOOLS_CHARS = 256_000
+MAX_CALLS = 64  # calls in one assistant message of the history
+MAX_CALL_ID = 128
+ROLES = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+}
 # Request names of the schema's sampling fields (OpenAI's and llama-server's spellings).
 SAMPLING_NAMES: dict[str, str] = {
     "temperature": "temperature",
@@ -37,7 +52,6 @@ SAMPLING_NAMES: dict[str, str] = {
 }
 # Fields that change what a reply means: refused rather than silently ignored.
 UNSUPPORTED: dict[str, str] = {
-    "tools": "Tool calls are not supported by this server.",
     "functions": "Function calls are not supported by this server.",
     "logprobs": "Log probabilities are not supported by this server.",
     "top_logprobs": "Log probabilities are not supported by this server.",
@@ -66,6 +80,7 @@ class ChatRequest(GenerationRequest):
     messages: tuple[ChatMessage, ...] = ()
     system: str = ""
     reasoning: ReasoningOptions = field(default_factory=ReasoningOptions)
+    tools: ToolRequest | None = None  # tools, tool_choice, parallel_tool_calls
 
 
 @dataclass(frozen=True)
@@ -304,29 +319,110 @@ def parse_chat(body: Any, header_conversation: str | None = None) -> ChatRequest
         role = item.get("role")
         if not isinstance(role, str) or role not in ROLES:
             raise bad_request(
-                f"{where}: 'role' must be system, developer, user or assistant, not {role!r}.",
+                f"{where}: 'role' must be system, developer, user, assistant or tool, not {role!r}.",
                 "messages",
             )
-        if item.get("tool_calls"):
-            raise bad_request(f"{where}: tool calls are not supported.", "messages")
         reasoning = item.get("reasoning_content")
         if reasoning is not None and not isinstance(reasoning, str):
             raise bad_request(f"{where}: 'reasoning_content' must be a string.", "messages")
-        messages.append(
-            ChatMessage(ROLES[role], _content(item.get("content"), where), reasoning or "")
-        )
+        content = _content(item.get("content"), where)
+        if role == "tool":
+            messages.append(_tool_result(item, content, where))
+            continue
+        calls = _tool_calls(item.get("tool_calls"), where) if role == "assistant" else ()
+        if item.get("tool_calls") and role != "assistant":
+            raise bad_request(f"{where}: only an assistant message has tool_calls.", "messages")
+        messages.append(ChatMessage(ROLES[role], content, reasoning or "", tool_calls=calls))
     system_parts = []
     while messages and messages[0].role == "system":
         system_parts.append(messages.pop(0).content)
     if not messages:
         raise bad_request("'messages' needs at least one user message.", "messages")
     common = _common(body, header_conversation)
+    tools = _tools(body)
+    if tools is not None and tools.mode is not ToolChoiceMode.NONE and common["sampling"].grammar:
+        raise bad_request(
+            "A grammar or response_format and tools cannot both constrain a reply; send "
+            "tool_choice 'none' or leave out the grammar.",
+            "tools",
+        )
     return ChatRequest(
         **common,
         messages=tuple(messages),
         system="\n\n".join(system_parts),
         reasoning=_reasoning(body),
+        tools=tools,
     )
+
+
+def _tool_result(item: dict[str, Any], content: str, where: str) -> ChatMessage:
+    call_id = item.get("tool_call_id")
+    if not isinstance(call_id, str) or not 0 < len(call_id) <= MAX_CALL_ID:
+        raise bad_request(
+            f"{where}: a tool message needs the 'tool_call_id' (a string) of the call it answers.",
+            "messages",
+        )
+    name = item.get("name")
+    if name is not None and not isinstance(name, str):
+        raise bad_request(f"{where}: 'name' must be a string.", "messages")
+    return ChatMessage("tool", content, tool_call_id=call_id, name=name or "")
+
+
+def _tool_calls(value: Any, where: str) -> tuple[MessageToolCall, ...]:
+    """An assistant message's ``tool_calls`` (OpenAI's shape; ``arguments`` a JSON string,
+    or an object, which some clients send)."""
+    if value is None or value == []:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_CALLS:
+        raise bad_request(
+            f"{where}: 'tool_calls' must be an array of at most {MAX_CALLS} calls.", "messages"
+        )
+    calls = []
+    for k, call in enumerate(value):
+        here = f"{where}.tool_calls[{k}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise bad_request(f"{here} needs a 'function' with a 'name'.", "messages")
+        call_id = call.get("id") or f"call_{k}"
+        if not isinstance(call_id, str) or len(call_id) > MAX_CALL_ID:
+            raise bad_request(f"{here}: 'id' must be a string.", "messages")
+        arguments = function.get("arguments", "{}")
+        if not isinstance(arguments, str):
+            try:
+                arguments = json.dumps(arguments, ensure_ascii=False)
+            except (TypeError, ValueError):
+                raise bad_request(
+                    f"{here}: 'arguments' must be a JSON string.", "messages"
+                ) from None
+        calls.append(MessageToolCall(call_id, function["name"], arguments))
+    return tuple(calls)
+
+
+def _tools(body: dict[str, Any]) -> ToolRequest | None:
+    """``tools``, ``tool_choice`` and ``parallel_tool_calls`` (None: no tools)."""
+    tools = body.get("tools")
+    choice = body.get("tool_choice")
+    if tools is None or tools == []:
+        if choice not in (None, "none", "auto"):
+            raise bad_request(
+                "'tool_choice' asks for a call, but the request has no tools.", "tool_choice"
+            )
+        return None
+    if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
+        raise bad_request(f"'tools' must be an array of at most {MAX_TOOLS} tools.", "tools")
+    try:
+        size = len(json.dumps(tools))
+    except (TypeError, ValueError, RecursionError):
+        raise bad_request("'tools' must be JSON function definitions.", "tools") from None
+    if size > MAX_TOOLS_CHARS:
+        raise bad_request(
+            f"The tool definitions are too large ({size:,} characters; at most {MAX_TOOLS_CHARS:,}).",
+            "tools",
+        )
+    try:
+        return ToolRequest.from_openai(tools, choice, body.get("parallel_tool_calls"))
+    except ToolSpecError as exc:
+        raise bad_request(str(exc), "tools", "invalid_tools") from None
 
 
 def _reasoning(body: dict[str, Any]) -> ReasoningOptions:

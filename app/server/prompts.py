@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.engine import ChatTemplate, Engine
+from app.engine.reasoning import prompt_opens_reasoning
 from app.engine.tokenizer import ModelGoneError, detokenize_off_thread, tokenize_bounded
+from app.engine.tool_calls.request import tool_turn
 from app.errors import LlamaDeskError
 from app.server.errors import bad_request, unavailable
 from app.server.params import ChatRequest
@@ -97,10 +99,20 @@ class RequestVocab:
         messages = [m.to_engine() for m in req.messages]
         if req.system:
             messages.insert(0, {"role": "system", "content": req.system})
+        tools = req.tools.tools if req.tools is not None else ()
         try:
-            return template.render(messages, add_generation_prompt=True, reasoning=req.reasoning)
+            text = template.render(
+                messages, add_generation_prompt=True, reasoning=req.reasoning, tool_specs=tools
+            )
         except LlamaDeskError as exc:
             raise bad_request(str(exc), "messages") from None
+        try:  # tools the family cannot force: a 400 here, before the session sees them
+            opens = prompt_opens_reasoning(text, template.reasoning_format)
+            off = req.reasoning.enable_thinking is False
+            tool_turn(template, req.tools, template.reasoning_format, opens, off)
+        except LlamaDeskError as exc:
+            raise bad_request(str(exc), "tools", "invalid_tools") from None
+        return text
 
     def checked_tokens(self, value: Any, param: str) -> list[int]:
         """A request's token array, each id checked against the vocabulary."""

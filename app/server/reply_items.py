@@ -24,6 +24,17 @@ class Piece:
 
 
 @dataclass(frozen=True)
+class ToolDelta:
+    """A tool call in the reply: the first of an ``index`` has its id and name, the next
+    ones a fragment of its arguments (only appended)."""
+
+    index: int
+    call_id: str = ""
+    name: str = ""
+    fragment: str = ""
+
+
+@dataclass(frozen=True)
 class Done:
     result: TurnResult
     conversation: str | None
@@ -34,7 +45,7 @@ class Failed:
     error: ApiError
 
 
-Item = Piece | Done | Failed
+Item = Piece | ToolDelta | Done | Failed
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,8 @@ def finish_reason(reason: FinishReason) -> str:
     """OpenAI's ``finish_reason`` for a turn's end."""
     if reason in (FinishReason.LENGTH, FinishReason.CONTEXT_FULL):
         return "length"
+    if reason is FinishReason.TOOL_CALLS:
+        return "tool_calls"
     return "stop"
 
 

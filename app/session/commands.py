@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from app.engine import ContextSettings, SamplingParams
 from app.engine.chat_template import ReasoningOptions
 from app.engine.settings import ModelSettings
+from app.engine.tool_calls.request import ToolRequest
 from app.session.events import CacheRestored
 from app.session.types import (
     ChatMessage,
@@ -67,6 +68,7 @@ class SubmitTurn:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     reasoning: ReasoningOptions = field(default_factory=ReasoningOptions)
     reply_id: int | None = None  # a storage message: saved as it streams (partial)
+    tools: ToolRequest | None = None  # the functions the reply may call
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,11 @@ class Answer:
     reasoning: ReasoningOptions
     submitted_at: float  # perf_counter() of the client's send (the reply's time to first token)
     reply: Future[RecordedTurn]
+    tools: ToolRequest | None = None  # the functions the reply may call
+    # Results of the calls the reply ``parent_id`` made ("tool" messages), recorded under
+    # it before the next reply (``user_text`` is None then).
+    tool_results: tuple[ChatMessage, ...] = ()
+    tool_outcomes: tuple[tuple[str, str], ...] = ()  # (call id, outcome) stored with a result
 
 
 @dataclass(frozen=True)

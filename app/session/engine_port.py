@@ -28,6 +28,7 @@ from app.engine import RestoreOutcome as EngineRestore
 from app.engine.chat_template import ReasoningOptions
 from app.engine.context_policy import ContextFullPolicy
 from app.engine.settings import ModelSettings
+from app.engine.tool_calls.request import ToolRequest
 from app.session.types import ChatMessage, LoadedModel
 
 if TYPE_CHECKING:
@@ -60,6 +61,10 @@ class ChatPrompt:
     messages: tuple[ChatMessage, ...]
     system: str = ""
     reasoning: ReasoningOptions = field(default_factory=ReasoningOptions)
+    # The functions the reply may call (rendered into the prompt; None: no tools). An
+    # engine reports calls as ToolCallStarted / ToolCallArguments events and in the
+    # Completion (tool_calls, finish reason "tool_calls").
+    tools: ToolRequest | None = None
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,21 @@ class TextStreamed:
 
 
 @dataclass(frozen=True)
+class ToolCallStreamed:
+    """A tool call in the streaming reply: the first event of a call (``index`` new) has
+    its ``call_id`` and ``name`` and no ``fragment``; the next ones append ``fragment`` to
+    its arguments (JSON text that only grows). Text before it was handed out first. The
+    complete calls are in the turn's ``TurnResult.tool_calls``."""
+
+    conversation_id: ConversationId
+    turn_id: TurnId
+    index: int
+    call_id: str = ""
+    name: str = ""
+    fragment: str = ""
+
+
+@dataclass(frozen=True)
 class TurnFinished:
     conversation_id: ConversationId
     turn_id: TurnId
@@ -115,6 +130,7 @@ ConversationEvent = (
     TurnStarted
     | PromptProgressed
     | TextStreamed
+    | ToolCallStreamed
     | TurnFinished
     | TurnFailed
     | ContextShifted

@@ -18,6 +18,7 @@ from app.engine import RestoreOutcome as EngineRestore
 from app.engine.context_policy import ContextFullPolicy
 from app.engine.prefix import common_prefix
 from app.engine.settings import ModelSettings
+from app.engine.tool_calls.specs import ToolSpec
 from app.errors import LlamaDeskError
 from app.session.engine_port import (
     Capability,
@@ -51,6 +52,9 @@ class LocalEngine:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        # The tools each sequence's last chat turn listed: a fork renders them too, so its
+        # point falls where the cache's text does.
+        self._tools: dict[int, tuple[ToolSpec, ...]] = {}
 
     @property
     def ready(self) -> bool:
@@ -103,6 +107,7 @@ class LocalEngine:
         return self.engine.open_sequence()
 
     def close(self, key: int) -> None:
+        self._tools.pop(key, None)
         self.engine.close_sequence(key)
 
     def cut(self, key: int) -> None:
@@ -138,12 +143,14 @@ class LocalEngine:
         engine = self.engine
         match prompt:
             case ChatPrompt():
+                self._tools[key] = prompt.tools.tools if prompt.tools is not None else ()
                 n = engine.set_chat(
                     key,
                     [m.to_engine() for m in prompt.messages],
                     system=prompt.system or None,
                     reserve=sampling.max_tokens if sampling.max_tokens > 0 else None,
                     reasoning=prompt.reasoning,
+                    tools=prompt.tools,
                 )
             case TextPrompt(append=False):
                 n = engine.set_prompt(key, prompt.text, raw=True)
@@ -176,7 +183,12 @@ class LocalEngine:
         history = [m.to_engine() for m in messages if m.role != "system"]
         if system:
             history.insert(0, {"role": "system", "content": system})
-        text = engine.render_chat(history, add_generation_prompt=False)
+        template = engine.template
+        tools = self._tools.get(key, ())
+        if template is not None and tools:
+            text = template.render(history, add_generation_prompt=False, tool_specs=tools)
+        else:
+            text = engine.render_chat(history, add_generation_prompt=False)
         wanted = engine.tokenize(text, add_special=True, parse_special=True)
         return common_prefix(wanted, engine.tokens(key))
 

@@ -14,12 +14,13 @@ is cloned there from the database the session was given.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from app.errors import LlamaDeskError
+from app.messages import TOOL_CALLS_KEY, TOOL_OUTCOME_KEY
 from app.messages import history as history  # a stored thread as a turn's messages
-from app.session.types import ChatMessage, FinishReason, TurnResult
+from app.session.types import ChatMessage, FinishReason, MessageToolCall, TurnResult
 
 if TYPE_CHECKING:  # storage is imported only by clients that keep a database
     from app.storage import Database, Message
@@ -36,10 +37,8 @@ CONTEXT_FULL_STOP = (
 
 @dataclass(frozen=True)
 class ReplyMeta:
-    """A finished reply's figures, as every client's replies are stored.
-
-    Tool calls, when they come, are one more field here (and one more column or meta key).
-    """
+    """A finished reply's figures, as every client's replies are stored (its tool calls
+    in the message's ``meta``, :data:`app.messages.TOOL_CALLS_KEY`)."""
 
     model: str  # the model file's path ("" unknown)
     engine: str  # what ran it ("llama.cpp", a remote engine's name)
@@ -54,6 +53,8 @@ class ReplyMeta:
     reasoning: str = ""
     reasoning_ms: float | None = None
     error: str | None = None
+    tool_calls: tuple[MessageToolCall, ...] = ()
+    tool_errors: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -85,6 +86,8 @@ class ReplyMeta:
             reasoning=reasoning,
             reasoning_ms=thought_ms if reasoning else None,
             error=result.error or error,
+            tool_calls=result.tool_calls,
+            tool_errors=result.tool_errors,
         )
 
     @property
@@ -121,6 +124,10 @@ class ReplyMeta:
         notice = self.notice
         if notice:
             meta["error"] = notice
+        if self.tool_calls:
+            meta[TOOL_CALLS_KEY] = [c.to_stored() for c in self.tool_calls]
+        if self.tool_errors:
+            meta["tool_errors"] = list(self.tool_errors)
         return meta
 
     def figures(self) -> dict[str, Any]:
@@ -144,6 +151,18 @@ class Recorder:
     def add_user(self, conversation_id: int, text: str, parent_id: int | None) -> Message:
         """The user's message (an edit is a sibling: the edited message's parent)."""
         return self.db.add_message(conversation_id, "user", text, parent_id=parent_id)
+
+    def add_tool_result(
+        self, conversation_id: int, result: ChatMessage, parent_id: int, outcome: str = ""
+    ) -> Message:
+        """A tool's result (``role`` "tool"), under the reply that called it; ``outcome``:
+        how the call went, as the client says it (ok, denied, timeout...)."""
+        meta = result.storage_meta()
+        if outcome:
+            meta[TOOL_OUTCOME_KEY] = outcome
+        return self.db.add_message(
+            conversation_id, "tool", result.content, parent_id=parent_id, meta=meta
+        )
 
     def begin_reply(self, conversation_id: int, parent_id: int | None, model: str) -> Message:
         """The reply, empty and "partial", committed before its turn starts."""
@@ -190,7 +209,7 @@ class Recorder:
         parent: int | None = None
         i = 0
         for stored, wanted in zip(db.get_thread(conversation_id), messages, strict=False):
-            if (stored.role, stored.content) != (wanted.role, wanted.content):
+            if not _same_message(stored.chat(), wanted):
                 break
             parent = stored.id
             i += 1
@@ -201,6 +220,7 @@ class Recorder:
                 message.content,
                 parent_id=parent,
                 reasoning=message.reasoning_content,
+                meta=message.storage_meta() or None,
             ).id
         figures = meta.figures()
         return db.add_message(
@@ -217,6 +237,11 @@ class Recorder:
             reasoning=meta.reasoning,
             reasoning_ms=figures["reasoning_ms"],
         )
+
+
+def _same_message(stored: ChatMessage, wanted: ChatMessage) -> bool:
+    """The stored message is the one a client sent (its reasoning aside: clients drop it)."""
+    return replace(stored, reasoning_content="") == replace(wanted, reasoning_content="")
 
 
 class SessionRecords:

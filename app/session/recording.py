@@ -76,6 +76,13 @@ class Recording:
             parent, user_id = command.parent_id, None
             if command.user_text is not None:
                 user_id = parent = recorder.add_user(cid, command.user_text, parent).id
+            tool_ids: list[int] = []
+            for result in command.tool_results:
+                if parent is None:
+                    raise LlamaDeskError("Tool results answer a reply: give its id as the parent.")
+                outcome = dict(command.tool_outcomes).get(result.tool_call_id, "")
+                parent = recorder.add_tool_result(cid, result, parent, outcome).id
+                tool_ids.append(parent)
             message = recorder.begin_reply(cid, parent, model.path)
             thread = recorder.db.get_thread(cid, message.id)
         except LlamaDeskError as exc:
@@ -84,7 +91,7 @@ class Recording:
         self._pending[cid] = _Pending(
             turn, message.id, model.path, model.engine, command.submitted_at
         )
-        reply.set_result(RecordedTurn(turn, user_id, message.id))
+        reply.set_result(RecordedTurn(turn, user_id, message.id, tuple(tool_ids)))
         self._turns.submit(
             cmd.SubmitTurn(
                 cid,
@@ -94,6 +101,7 @@ class Recording:
                 command.sampling,
                 command.reasoning,
                 message.id,
+                command.tools,
             )
         )
 

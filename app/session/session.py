@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, TypeVar
 from app.engine import ContextSettings, SamplingParams
 from app.engine.chat_template import ReasoningOptions
 from app.engine.settings import ModelSettings
+from app.engine.tool_calls.request import ToolRequest
 from app.errors import LlamaDeskError
 from app.session import commands as cmd
 from app.session import events as ev
@@ -180,9 +181,13 @@ class Session:
         sampling: SamplingParams | None = None,
         reasoning: ReasoningOptions | None = None,
         reply_id: int | None = None,
+        *,
+        tools: ToolRequest | None = None,
     ) -> TurnId:
         """Generate the reply to ``messages`` (an edit or a regenerate is a submit of the
-        history it answers); returns the turn's id."""
+        history it answers); returns the turn's id. ``tools``: the functions the reply may
+        call (``ToolCallStreamed`` events, ``TurnResult.tool_calls``); the next turn sends
+        the assistant message with its ``tool_calls`` and a ``tool`` message per result."""
         cid = ConversationId(conversation_id)
         turn = self._registry.new_turn(cid)
         self.post(
@@ -194,6 +199,7 @@ class Session:
                 sampling if sampling is not None else SamplingParams(),
                 reasoning if reasoning is not None else ReasoningOptions(),
                 reply_id,
+                tools,
             )
         )
         return turn
@@ -207,13 +213,22 @@ class Session:
         system: str = "",
         sampling: SamplingParams | None = None,
         reasoning: ReasoningOptions | None = None,
+        tools: ToolRequest | None = None,
+        tool_results: Iterable[ChatMessage] = (),
+        tool_outcomes: Mapping[str, str] | None = None,
     ) -> Future[RecordedTurn]:
         """A chat turn the session records (it needs a database): the user's message
         ``user_text`` under ``parent_id`` (an edit: the edited message's parent; None
         text: answer ``parent_id`` again, a regenerate or a retry), then the reply,
         generated from the stored thread, saved as it streams and finished with its
         metadata before ``TurnFinished`` goes out. The future holds the ids (before the
-        turn starts) or the error; the turn's events follow as for :meth:`submit`."""
+        turn starts) or the error; the turn's events follow as for :meth:`submit`.
+
+        ``tools``: the functions the reply may call (its calls are stored with it). To
+        continue after calls, answer the reply that made them (``parent_id``) with
+        ``tool_results``: one ``ChatMessage("tool", text, tool_call_id=..., name=...)``
+        per call, recorded under it, then the next reply. ``tool_outcomes``: how each
+        call went (by call id: "ok", "denied"...), stored with its result."""
         cid = ConversationId(conversation_id)
         future: Future[RecordedTurn] = Future()
         self.post(
@@ -227,6 +242,9 @@ class Session:
                 reasoning if reasoning is not None else ReasoningOptions(),
                 time.perf_counter(),
                 future,
+                tools,
+                tuple(tool_results),
+                tuple((tool_outcomes or {}).items()),
             )
         )
         return future

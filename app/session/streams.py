@@ -18,6 +18,8 @@ from app.engine import PromptProgress as EngineProgress
 from app.engine import SequenceFailed as EngineFailed
 from app.engine import StateRestored as EngineRestored
 from app.engine import TokenText as EngineText
+from app.engine import ToolCallArguments as EngineCallArguments
+from app.engine import ToolCallStarted as EngineCallStarted
 from app.errors import LlamaDeskError
 from app.session import events as ev
 from app.session.engine_port import ConversationEngine
@@ -89,6 +91,16 @@ class Streams:
                 last_piece = (event.key, event.token)
                 self._replies.add(conv.cid, event.text, event.channel, now)
                 dirty.add(conv.cid)  # the meter follows the reply (status at most per interval)
+            elif isinstance(event, EngineCallStarted | EngineCallArguments):
+                self.flush(conv, now)  # the text before the call goes out first
+                turn = conv.turn if conv.turn is not None else TurnId(0)
+                if isinstance(event, EngineCallStarted):
+                    emit(
+                        ev.ToolCallStreamed(conv.cid, turn, event.index, event.call_id, event.name)
+                    )
+                else:
+                    emit(ev.ToolCallStreamed(conv.cid, turn, event.index, fragment=event.fragment))
+                dirty.add(conv.cid)
             elif isinstance(event, EngineProgress):
                 if conv.turn is not None:
                     emit(ev.PromptProgressed(conv.cid, conv.turn, event.done, event.total))

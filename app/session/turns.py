@@ -52,7 +52,7 @@ class Turns:
 
     @on_session_thread
     def submit(self, command: cmd.SubmitTurn) -> None:
-        prompt = ChatPrompt(command.messages, command.system, command.reasoning)
+        prompt = ChatPrompt(command.messages, command.system, command.reasoning, command.tools)
         self.start(
             command.conversation_id,
             command.turn_id,

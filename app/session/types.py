@@ -23,6 +23,7 @@ from app.engine.prefix import cached_tokens
 
 # One shape per message, from storage to the template (app.messages), re-exported here.
 from app.messages import ChatMessage as ChatMessage
+from app.messages import MessageToolCall as MessageToolCall
 
 ConversationId = NewType("ConversationId", int)
 """A conversation: the storage conversation id, or any opaque int a client chooses."""
@@ -35,6 +36,7 @@ class FinishReason(enum.StrEnum):
     EOG = "eog"  # the model ended its turn
     LENGTH = "length"  # max_tokens
     STOP = "stop"  # a stop string
+    TOOL_CALLS = "tool_calls"  # the reply ended with tool calls (``TurnResult.tool_calls``)
     ABORTED = "aborted"  # stopped by the user (or a close)
     CONTEXT_FULL = "context_full"
     ERROR = "error"
@@ -77,6 +79,10 @@ class TurnResult:
     n_sampled: int = 0  # tokens sampled, the end-of-generation one included
     stream_ms: float = 0.0  # from the first sampled token to the last
     first_token_at: float = 0.0  # perf_counter() when the first token was sampled (0: none)
+    # The reply's tool calls, parsed (arguments: the JSON text the model wrote), and a
+    # sentence per call that broke, names no offered tool or does not fit its schema.
+    tool_calls: tuple[MessageToolCall, ...] = ()
+    tool_errors: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, completion: Completion) -> TurnResult:
@@ -97,6 +103,10 @@ class TurnResult:
             n_sampled=completion.n_sampled,
             stream_ms=completion.stream_ms,
             first_token_at=completion.first_token_at,
+            tool_calls=tuple(
+                MessageToolCall(c.call_id, c.name, c.arguments_text) for c in completion.tool_calls
+            ),
+            tool_errors=tuple(completion.tool_errors),
         )
 
     @property
@@ -130,6 +140,7 @@ class RecordedTurn:
     turn_id: TurnId
     user_message_id: int | None
     reply_message_id: int
+    tool_message_ids: tuple[int, ...] = ()  # the tool results recorded before the reply
 
 
 @dataclass(frozen=True)

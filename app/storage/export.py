@@ -172,7 +172,14 @@ def export_markdown(db: Database, ids: Sequence[int] | None = None) -> str:
             lines += [f"## {m.role.capitalize()}{note}", f"*{_when(m.created_at)}*", ""]
             if m.reasoning.strip():
                 lines += [reasoning_block(m.reasoning, m.reasoning_ms), ""]
-            lines += [m.content.rstrip() if m.content.strip() else "*(empty)*", ""]
+            chat = m.chat()
+            if chat.tool_call_id:
+                lines += [f"Result of `{chat.name or 'a tool'}` (call `{chat.tool_call_id}`):", ""]
+            if m.content.strip() or not chat.tool_calls:
+                lines += [m.content.rstrip() if m.content.strip() else "*(empty)*", ""]
+            for call in chat.tool_calls:  # what the reply called, with the full arguments
+                lines += [f"Called `{call.name}` (call `{call.call_id}`):", "", "```json"]
+                lines += [call.arguments, "```", ""]
         parts.append("\n".join(lines).rstrip() + "\n")
     return "\n---\n\n".join(parts)
 

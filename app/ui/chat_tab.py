@@ -59,6 +59,8 @@ from app.ui.tab_status import (
 )
 from app.ui.tab_token_hint import TOKEN_COUNT_DELAY_MS, TOKEN_HINT_MIN_CHARS, TokenHint
 from app.ui.tab_turn import TabTurn
+from app.ui.tool_picker import attach as attach_tools
+from app.ui.tool_turns import TabToolTurns
 
 # What other modules import from here (the names before the split into modules).
 __all__ = [
@@ -145,6 +147,8 @@ class ChatTab(QWidget):
         status.addWidget(self.effort)
         status.addWidget(self.settings_button)
         layout.addLayout(status)
+        self.tools = attach_tools(self, status, layout)  # MCP tools: the button, the warning
+        self.tool_turns = TabToolTurns(self)  # their calls in the chat
 
         self.settings = ConversationSettings(self)
         self.settings.setVisible(False)
@@ -212,6 +216,7 @@ class ChatTab(QWidget):
             self.branch = self.db.get_thread(self.cid)
         self.view.set_messages([message_data(self.db, m) for m in self.branch])
         self._sync_context_start()
+        self.tool_turns.render()
         self.view.set_placeholder(
             "Say hello: type a message below and press Enter."
             if self.host.model_ready()
@@ -236,6 +241,7 @@ class ChatTab(QWidget):
         finally:
             self.view.setUpdatesEnabled(True)
         self._sync_context_start()
+        self.tool_turns.render()
         self.view.follow = True
         self.view.scroll_to_end()
 
@@ -365,6 +371,7 @@ class ChatTab(QWidget):
 
     @Slot()
     def stop(self) -> None:
+        self.tool_turns.stop()  # a tool round under way: its call is denied or cancelled
         if self.generating:
             self.host.session.stop(self.cid)
 
@@ -424,6 +431,7 @@ class ChatTab(QWidget):
     def on_event(self, event: object) -> None:
         """This conversation's session events (on the GUI thread)."""
         self.turn.on_event(event)
+        self.tool_turns.on_event(event)
 
     def on_finished(self, result: TurnResult) -> None:
         self.turn.on_finished(result)
@@ -494,3 +502,4 @@ class ChatTab(QWidget):
             self.meter_label.setText("no model")
         self.state_label.setText(self.state_text())
         self.state_label.setToolTip(state_tip(self.state, self.info))
+        self.tools.context_changed()

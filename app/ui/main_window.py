@@ -38,10 +38,12 @@ from app.session import events as ev
 from app.storage import AppSettings, Database, StateStore, load_settings
 from app.ui.chat_tab import ChatTab
 from app.ui.downloads_panel import Downloads
+from app.ui.mcp_runtime import shared_runtime
 from app.ui.message_bar import MessageBar
 from app.ui.server_panel import install_server_menu
 from app.ui.sidebar import Sidebar
 from app.ui.theme import apply_theme, current_theme
+from app.ui.tool_runner import ToolRunner
 from app.ui.welcome import WelcomePage
 from app.ui.window_conversations import PURGE_AFTER_S, WindowConversations
 from app.ui.window_hub import WindowHub
@@ -107,6 +109,7 @@ class MainWindow(QMainWindow):
         self.shutdown_ui = WindowShutdown(self, self)
         self.downloads = Downloads(self)
         self.downloads.finished.connect(self.hub_ui.on_download_finished)
+        self.tool_runner = ToolRunner(shared_runtime())  # the chats' MCP servers (on first use)
         self.total_tok_s = 0.0
         self.paint_hook: Any = None  # benchmark: called with the sampled time of painted text
 
@@ -563,5 +566,6 @@ class MainWindow(QMainWindow):
 
     @Slot()
     def _on_shutdown_done(self) -> None:
+        self.tool_runner.close()  # stdio servers end; a call under way is cancelled
         if self.shutdown_ui.on_shutdown_done():
             self.shutDown.emit()

@@ -40,6 +40,7 @@ from app.ui.reasoning_block import ReasoningBlock
 from app.ui.stream_chunks import CHUNK_CHARS, cut_point, fence_after, join_html, soft_cut_point
 from app.ui.text_label import TextLabel
 from app.ui.theme import DARK_COLORS, LIGHT_COLORS, chat_colors
+from app.ui.tool_call_block import ToolCallList
 
 ACTION_SIZE = 24
 COPIED_MS = 1500  # how long the Copy button says "Copied"
@@ -524,6 +525,14 @@ class MessageWidget(QFrame):
             return
         if href.lower().startswith(("http://", "https://", "mailto:")):
             QDesktopServices.openUrl(QUrl(href))
+
+    def tool_calls(self) -> ToolCallList:
+        """The message's tool-call blocks, under its text (made on first use)."""
+        calls = self.findChild(ToolCallList, "tool-calls")
+        if calls is None:
+            calls = ToolCallList(self.card)
+            self._card_layout.insertWidget(self._card_layout.indexOf(self.figures), calls)
+        return calls
 
     def code_blocks(self) -> list[str]:
         out: list[str] = []

@@ -62,6 +62,7 @@ from app.storage.settings import (
 )
 from app.ui.background import BackgroundJobs
 from app.ui.field_editors import make_editor, read_editor, tooltip, write_editor
+from app.ui.mcp_page import McpPage
 from app.ui.theme import THEME_LABELS, THEMES, colors
 
 __all__ = ["PreferencesChange", "PreferencesDialog", "TokenState", "open_preferences"]
@@ -167,6 +168,8 @@ class PreferencesDialog(QDialog):
 
         self.engines_page = EnginesPage(self._settings, self._save)
         self.tabs.addTab(self.engines_page, "Engines")
+        self.mcp_page = McpPage.for_window(self.parentWidget())  # saves on its own, not at OK
+        self.tabs.addTab(self.mcp_page, "Tools (MCP)")
         outer.addWidget(self.tabs, 1)
         self.status = QLabel()
         self.status.setObjectName("preferences-status")

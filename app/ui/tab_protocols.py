@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from app.ui.tab_host import TabHost
     from app.ui.tab_reply import ReplyBuffer
     from app.ui.tab_status import StatusEvent, TabFigures, TabState
+    from app.ui.tool_turns import TabToolTurns
 
 
 class ChoicesTab(Protocol):
@@ -57,6 +58,7 @@ class TurnTab(Protocol):
     prompt_progress: tuple[int, int]  # the prompt's tokens processed, and in all
     turns_since_open: int
     last_completion: TurnResult | None
+    tool_turns: TabToolTurns  # the chat's MCP tools and their rounds
 
     @property
     def generating(self) -> bool: ...

@@ -11,12 +11,14 @@ end, reads the stored reply back.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from app.engine import SamplingParams
 from app.engine.reasoning import Channel
 from app.errors import LlamaDeskError
+from app.messages import ChatMessage
 from app.session import RecordedTurn, ReplyMeta, TurnResult, reasoning_options
 from app.session import events as ev
 from app.ui.chat_messages import message_data
@@ -36,7 +38,12 @@ class TabTurn:
         self._finished: TurnResult | None = None  # its end, if it came before its ids
         self._parent: int | None = None  # the message the reply answers
 
-    def generate(self, parent_id: int | None, text: str | None = None) -> bool:
+    def generate(
+        self,
+        parent_id: int | None,
+        text: str | None = None,
+        tool_results: Sequence[ChatMessage] = (),
+    ) -> bool:
         """Ask the session for a turn: ``text`` under ``parent_id`` (an edit: the edited
         message's parent), or, without text, another reply to ``parent_id`` (regenerate,
         "Try again"). The session records both messages; the reply's id comes back with
@@ -66,6 +73,9 @@ class TabTurn:
             system=tab.conversation.system_prompt,
             sampling=params,
             reasoning=reasoning_options(sampling),
+            # the chat's MCP tools, and the results of the calls ``parent_id`` made
+            tools=tab.tool_turns.request(continuing=bool(tool_results)),
+            tool_results=tool_results,
         )
         self._answer = future
         tab.host.worker.when_done(

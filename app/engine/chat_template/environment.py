@@ -109,8 +109,21 @@ class _GenerationExtension(jinja2.ext.Extension):
         return jinja2.nodes.Scope(body, lineno=lineno)
 
 
+class _ChatSandbox(ImmutableSandboxedEnvironment):
+    """Immutable, but for a list's ``append``/``extend``: templates build lists of their
+    own with them (Kimi K2 collects a call's pieces), as llama.cpp's minja allows. What
+    a template is given are copies made per render, so nothing of the caller's changes."""
+
+    _LIST_GROWTH: Final = frozenset({"append", "extend"})
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if isinstance(obj, list) and attr in self._LIST_GROWTH:
+            return True
+        return bool(super().is_safe_attribute(obj, attr, value))
+
+
 def _new_environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
+    env = _ChatSandbox(
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=["jinja2.ext.loopcontrols", _GenerationExtension],

@@ -6,7 +6,9 @@ See :mod:`app.engine.chat_template` for the conventions it reproduces and
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -47,7 +49,9 @@ from app.engine.chat_template.thinking import (
     reasoning_variables,
     thinking_rule,
 )
+from app.engine.chat_template.tools import ToolCaps, adapt_tool_messages, probe_tool_caps
 from app.engine.reasoning import ReasoningFormat, detect_format, prompt_opens_reasoning
+from app.engine.tool_calls.specs import ToolSpec
 
 log = logging.getLogger("app.engine.chat_template")
 
@@ -318,12 +322,13 @@ class ChatTemplate:
     def _render_raw(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool, extra: dict[str, Any]
     ) -> str:
+        # Copies: the environment lets a template append to lists (see .environment).
         context: dict[str, Any] = {
             **self._conventions(extra),
             "bos_token": self.bos_token,
             "eos_token": self.eos_token,
-            **extra,
-            "messages": messages,
+            **copy.deepcopy(extra),
+            "messages": copy.deepcopy(messages),
             "add_generation_prompt": add_generation_prompt,
         }
         return self._compiled.render(context)
@@ -395,11 +400,15 @@ class ChatTemplate:
         *,
         strip_bos: bool = True,
         reasoning: ReasoningOptions | None = None,
+        tool_specs: Sequence[ToolSpec] = (),
         **extra: Any,
     ) -> str:
         """The prompt text for ``messages`` (dicts with "role" and "content", assistant
-        messages optionally "reasoning_content").
+        messages optionally "reasoning_content" and OpenAI's "tool_calls", "tool" results
+        with "tool_call_id").
 
+        ``tool_specs``: the tools the model may call, rendered the template's way or in
+        the generic form (:mod:`.tools`).
         ``add_generation_prompt`` appends the header of the assistant's reply.
         ``reasoning`` chooses thinking on/off and the effort (default: thinking on, the
         template's effort). ``extra`` becomes template variables (``tools``,
@@ -411,6 +420,9 @@ class ChatTemplate:
         after the system prompt has been merged into the first user message and repeated
         roles have been joined.
         """
+        if tool_specs or any(m.get("tool_calls") or m.get("role") == "tool" for m in messages):
+            messages, tool_extra = adapt_tool_messages(messages, tool_specs, self.tool_caps)
+            extra = {**tool_extra, **extra}
         given = prepare_messages(messages, "<|channel|>" in self.source)
         extra = {**self._reasoning_variables(reasoning or DEFAULT_REASONING), **extra}
         has_system = any(message.get("role") == "system" for message in given)
@@ -446,6 +458,11 @@ class ChatTemplate:
             if isinstance(error, ChatTemplateError)
             else None,
         ) from error
+
+    @functools.cached_property
+    def tool_caps(self) -> ToolCaps:
+        """How this template takes tools and past calls (probed at first use)."""
+        return probe_tool_caps(self._render_raw, self.source)
 
     def __repr__(self) -> str:
         kind = f"builtin={self.builtin_name!r}" if self.fallback else "from model"

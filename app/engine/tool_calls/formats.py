@@ -283,7 +283,11 @@ SYNTAXES: Final[dict[ToolCallFormat, tuple[CallSyntax, ...]]] = {
     ToolCallFormat.COMMAND_ACTION: (
         _json_list("<|START_ACTION|>[\n", "\n]<|END_ACTION|>", _COHERE_CALL),
     ),
-    ToolCallFormat.COMMAND_R_PLUS: (_json_list("Action: ```json\n[\n", "\n]\n```", _COHERE_CALL),),
+    ToolCallFormat.COMMAND_R_PLUS: (
+        _json_list("Action: ```json\n[\n", "\n]\n```", _COHERE_CALL),
+        # as its template writes past calls (indented, the fence right after the list)
+        _json_list("Action:\n```json\n[", "]```", _COHERE_CALL),
+    ),
     ToolCallFormat.APRIEL: (_json_list("<tool_calls>[", "]</tool_calls>"),),
     ToolCallFormat.MINIMAX_M1: (
         CallSyntax(

@@ -15,8 +15,12 @@ from app.engine.tool_calls.specs import ToolSpec
 __all__ = ["generic_tools_prompt"]
 
 
-def generic_tools_prompt(tools: Sequence[ToolSpec]) -> str:
-    """The system text that offers ``tools`` to a model whose template has no tools."""
+def generic_tools_prompt(
+    tools: Sequence[ToolSpec], fmt: ToolCallFormat = ToolCallFormat.GENERIC
+) -> str:
+    """The system text that offers ``tools`` to a model whose template lists none; its
+    calls are asked for in ``fmt`` (the generic JSON form, or the syntax of a family
+    whose template shows past calls but not the tools, as DeepSeek R1's distills)."""
     listed = json.dumps(
         [
             {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
@@ -26,13 +30,12 @@ def generic_tools_prompt(tools: Sequence[ToolSpec]) -> str:
         ensure_ascii=False,
     )
     example = render_calls(
-        SYNTAXES[ToolCallFormat.GENERIC][0],
+        SYNTAXES[fmt][0],
         [CallText(tools[0].name if tools else "tool_name", {"argument": "value"})],
     )
-    return (
-        "You can use these tools:\n"
-        f"{listed}\n\n"
-        "To use tools, reply with only a JSON object like this one (several calls go in the list):\n"
-        f"{example}\n"
-        "Otherwise, answer normally."
+    how = (
+        "To use tools, reply with only a JSON object like this one (several calls go in the list):"
+        if fmt is ToolCallFormat.GENERIC
+        else "To use a tool, write the call exactly like this:"
     )
+    return f"You can use these tools:\n{listed}\n\n{how}\n{example}\nOtherwise, answer normally."

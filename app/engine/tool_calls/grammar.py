@@ -86,8 +86,17 @@ def _schema_rule(schema: Any, prefix: str, rules: list[str], tool: str) -> str:
         raise ToolGrammarError(
             f"The parameters of the tool '{tool}' cannot be enforced: {exc}"
         ) from None
-    rules.append(_rename(grammar, prefix))
+    rules.append(_canonical_spacing(_rename(grammar, prefix), prefix))
     return prefix + "root"
+
+
+def _canonical_spacing(grammar: str, prefix: str) -> str:
+    """The JSON of a call spaced as the templates write it back (``tojson``, Python's
+    ``json.dumps``: ``", "`` and ``": "``, no other space): the re-sent history then
+    renders to the text the model wrote, and the cache holds it (issue 23, item 2)."""
+    space = re.escape(prefix + "space")
+    grammar = re.sub(rf'"([,:])" +{space}\b', r'"\1 "', grammar)
+    return re.sub(rf"^{space} ::= .*$", f'{prefix}space ::= ""', grammar, flags=re.M)
 
 
 def _until(literal: str, name: str, rules: list[str]) -> str:
@@ -177,10 +186,10 @@ def _flat_value(prop: Any, style: _FlatStyle, name: str, rules: list[str], tool:
 
 
 def _flat_params(tool: ToolSpec, prefix: str, rules: list[str], style: _FlatStyle) -> str:
-    """The parameters, in the schema's order, each optional one optional (the readers
-    take the separating comma as optional too)."""
+    """The parameters, in the schema's order, each optional one optional, separated by a
+    comma (LFM2's reader does not split ``city="Rome" days=9`` into two parameters)."""
     items, required = _params(tool.parameters)
-    sep = '","? " "?'
+    sep = '"," " "?'
     parts = []
     for k, (key, prop) in enumerate(items):
         value = _flat_value(prop, style, f"{prefix}p{k}", rules, tool.name)

@@ -57,6 +57,8 @@ def _spec(index: int, tool: Any) -> ToolSpec:
         raise ToolSpecError(
             f"{where}.function.parameters is not a valid JSON schema: {exc.message}."
         ) from None
+    except RecursionError:  # the checker recurses per level: a request's nesting is bounded
+        raise ToolSpecError(f"{where}.function.parameters is nested too deeply.") from None
     return ToolSpec(name, parameters, description)
 
 
@@ -77,7 +79,10 @@ def check_arguments(spec: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
     """None when ``arguments`` fit the tool's schema, else a sentence (for the model and
     the user) naming the first thing wrong."""
     validator = jsonschema.validators.validator_for(spec.parameters)(spec.parameters)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
+    try:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
+    except RecursionError:
+        return f"The arguments of the call to '{spec.name}' are nested too deeply to check."
     if error is None:
         return None
     where = "".join(f"[{p!r}]" for p in error.absolute_path)
