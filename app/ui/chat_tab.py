@@ -22,6 +22,7 @@ other way round.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal, Slot
@@ -71,6 +72,8 @@ __all__ = [
     "message_data",
 ]
 
+STATUS_INTERVAL_S = 0.25  # a streaming tab's speed and meter are refreshed this often
+
 
 class ChatTab(QWidget):
     """See the module docstring."""
@@ -96,6 +99,7 @@ class ChatTab(QWidget):
         self.turns_since_open = 0
         self._compact = False
         self._context_start: int | None = None
+        self._status_at = 0.0  # when a streaming tab's status line was last refreshed
         self.last_completion: TurnResult | None = None
         self.turn = TabTurn(self)
         self._stream = host.worker.stream(self.cid)
@@ -447,8 +451,13 @@ class ChatTab(QWidget):
             return None
         painted = self.reply.paint(self.view.last()) if visible else None
         if self.state is TabState.GENERATING and self.reply.gen_started:
-            self.reply.measure_speed()
-            self.update_status()
+            # the speed and the meter a few times a second, not at every paint: each
+            # update lays the status line out and repaints the meter
+            now = time.perf_counter()
+            if now - self._status_at >= STATUS_INTERVAL_S:
+                self._status_at = now
+                self.reply.measure_speed()
+                self.update_status()
         return painted
 
     # ------------------------------------------------------------------ status
