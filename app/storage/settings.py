@@ -187,6 +187,8 @@ class AppSettings:
     # The Hugging Face Hub's address (a mirror); "" is HF_ENDPOINT, else huggingface.co.
     # HF_ENDPOINT, when set, wins (app.hub.config.endpoint): the environment is explicit.
     hub_endpoint: str = field(default="", metadata=_ok(endpoint_problem))
+    # Each model file's ModelSettings.chat_template ("" or absent: automatic), by path.
+    model_chat_templates: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

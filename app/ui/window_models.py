@@ -101,6 +101,7 @@ class WindowModels:
             path,
             ContextSettings.from_dict(dict(win.app_settings.context)),
             ContextFullPolicy.parse(win.context_policy()) or ContextFullPolicy.SHIFT,
+            model_settings=win.model_settings_for(path),  # its chat template
         )
         win.update_stack()
 
@@ -211,7 +212,7 @@ class WindowModels:
         win.update_model_labels()
         support = win.reasoning_support()
         for tab in win.tabs():  # the session bound every open conversation again
-            tab.view.set_placeholder("Say hello: type a message below and press Enter.")
+            tab.show_intro()  # the model, its context and template
             tab.set_reasoning_support(*support)
         if self._model_manager is not None:
             self._model_manager.set_loading(None, 0.0)
