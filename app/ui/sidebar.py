@@ -266,8 +266,10 @@ class Sidebar(QWidget):
         self.model.current_id = self._current
         self.model.set_rows(rows, searching)
         kept = selected & {row.conversation_id for row in rows}
-        if kept - {self._current}:
-            # Keep a selection the user made (e.g. before exporting it) across refreshes.
+        if len(kept) > 1:
+            # Keep a selection the user made (e.g. before exporting it) across refreshes;
+            # one selected row is the chat that was current: the selection follows the
+            # current one (a new tab, a fork).
             selection = QItemSelection()
             for n, row in enumerate(rows):
                 if row.conversation_id in kept:

@@ -29,12 +29,12 @@ def intro_text(model: LoadedModel | None) -> str:
     choice = model.chat_template
     if choice is not None:
         kind = (
-            "a chat model (its file has a chat template)"
+            "A chat model (its file has a chat template)"
             if choice.source is TemplateSource.GGUF
-            else "a base model: its file has no chat template"
+            else "A base model: its file has no chat template"
             if choice.source is not TemplateSource.USER_FILE
             and choice.source is not TemplateSource.USER_CHOICE
-            else "its chat template is your choice"
+            else "Its chat template is your choice"
         )
         lines.append(kind)
     lines.append(f"{plural(model.n_ctx_seq, 'token')} of context for this chat")

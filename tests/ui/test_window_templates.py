@@ -48,7 +48,7 @@ def test_a_base_model_says_which_template_it_got_and_why(
     assert tab is not None
     # the empty chat: the file, that it is a base model, its context, the template and why
     text = tab.view._placeholder.text()
-    assert "base-no-template.gguf" in text and "base model" in text
+    assert "base-no-template.gguf" in text and "A base model" in text
     assert f"{window.model.n_ctx_seq:,} tokens of context" in text
     assert "Template: gemma." in text and "<start_of_turn>" in text
     panel = open_panel(qtbot, window)
@@ -188,3 +188,21 @@ def test_a_thread_count_that_oversubscribes_is_warned_before_apply(
 
 def test_the_intro_without_a_model_says_what_to_do() -> None:
     assert "No model is loaded yet" in intro_text(None)
+
+
+def test_the_sidebar_selection_follows_new_tabs_and_forks(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    first = window.new_tab()
+    assert first is not None
+    set_sampling(first, max_tokens=4)
+    send(qtbot, first, "a first chat")
+    wait_idle(qtbot, first)
+    window.sidebar.refresh()
+    assert window.sidebar.selected_ids() == [first.cid]
+    second = window.new_tab()  # an empty new chat: listed, and the selection moves to it
+    assert second is not None
+    qtbot.waitUntil(lambda: window.sidebar.selected_ids() == [second.cid], timeout=3000)
+    window.fork_from(first, first.leaf_id())
+    fork = window.current_tab()
+    assert fork is not None and fork.cid not in (first.cid, second.cid)
+    qtbot.waitUntil(lambda: window.sidebar.selected_ids() == [fork.cid], timeout=3000)
