@@ -76,7 +76,12 @@ def main() -> int:
     grammar: str | None = None
     if model is None and paths.demo_model_path().is_file():
         model = paths.demo_model_path()
-        grammar = "root ::= [ -~\\n] root"  # printable text without an end
+        # words and paragraphs without an end: text that wraps as a reply's does (any
+        # printable character would give runs without a space, which never wrap)
+        grammar = (
+            'root ::= (word (" " word)* (". " | ".\\n\\n"))+\n'
+            "word ::= [a-zA-Z] [a-z]? [a-z]? [a-z]? [a-z]? [a-z]? [a-z]?"
+        )
     if model is None:
         from tests.support.gguf_models import TinySpec, write_tiny_model
 
@@ -109,7 +114,8 @@ def main() -> int:
 
     tab = window.new_tab()
     assert tab is not None
-    sampling = {**tab.conversation.sampling, "max_tokens": 100000, "temperature": 0.8}
+    # a fixed seed: the same text in every run, so that runs (before, after) compare
+    sampling = {**tab.conversation.sampling, "max_tokens": 100000, "temperature": 0.8, "seed": 7}
     if grammar:
         sampling["grammar"] = grammar
     db.update_conversation_settings(tab.cid, sampling=sampling)
