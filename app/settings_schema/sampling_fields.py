@@ -157,6 +157,8 @@ def _sampling_fields() -> tuple[FieldSpec, ...]:
             "text_list",
             default=[],
             apply=n,
+            # a conversation setting: the chat tab edits it (app/ui/tab_stop_strings.py)
+            chat=True,
             cli=CliOption(("--stop",), "TEXT", note="Repeatable."),
         ),
         FieldSpec(

@@ -189,6 +189,8 @@ class AppSettings:
     hub_endpoint: str = field(default="", metadata=_ok(endpoint_problem))
     # Preferences ▸ Engines' remote connections (read through app.remote.saved; no keys)
     remote_connections: list[dict[str, Any]] = field(default_factory=list)
+    # Each model file's ModelSettings.chat_template ("" or absent: automatic), by path.
+    model_chat_templates: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ other way round.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal, Slot
@@ -48,6 +49,7 @@ from app.ui.context_meter import ContextMeter
 from app.ui.message_bar import MessageBar
 from app.ui.tab_choices import TabChoices
 from app.ui.tab_host import TabHost
+from app.ui.tab_intro import intro_text, sharing_text, sharing_tip
 from app.ui.tab_reply import ReplyBuffer
 from app.ui.tab_status import (
     MeterFigures,
@@ -57,6 +59,7 @@ from app.ui.tab_status import (
     state_text,
     state_tip,
 )
+from app.ui.tab_stop_strings import StopStrings
 from app.ui.tab_token_hint import TOKEN_COUNT_DELAY_MS, TOKEN_HINT_MIN_CHARS, TokenHint
 from app.ui.tab_turn import TabTurn
 from app.ui.tool_picker import attach as attach_tools
@@ -72,6 +75,8 @@ __all__ = [
     "engine_messages",
     "message_data",
 ]
+
+STATUS_INTERVAL_S = 0.25  # a streaming tab's speed and meter are refreshed this often
 
 
 class ChatTab(QWidget):
@@ -98,6 +103,7 @@ class ChatTab(QWidget):
         self.turns_since_open = 0
         self._compact = False
         self._context_start: int | None = None
+        self._status_at = 0.0  # when a streaming tab's status line was last refreshed
         self.last_completion: TurnResult | None = None
         self.turn = TabTurn(self)
         self._stream = host.worker.stream(self.cid)
@@ -155,6 +161,8 @@ class ChatTab(QWidget):
         self.settings_button.toggled.connect(self.settings.setVisible)
         self.settings.set_values(conversation.system_prompt, conversation.sampling)
         self.settings.add_row(self.choices.policy_spec.label, self.policy)
+        self.stop_strings = StopStrings(self.settings, conversation.sampling)
+        self.settings.add_row("Stop strings", self.stop_strings)
         self._settings_timer = QTimer(self)
         self._settings_timer.setSingleShot(True)
         self._settings_timer.setInterval(500)
@@ -217,12 +225,12 @@ class ChatTab(QWidget):
         self.view.set_messages([message_data(self.db, m) for m in self.branch])
         self._sync_context_start()
         self.tool_turns.render()
-        self.view.set_placeholder(
-            "Say hello: type a message below and press Enter."
-            if self.host.model_ready()
-            else "No model is loaded yet. Choose one with “Load a model” above (the "
-            "library, a GGUF file, or Models ▸ Discover… to download one), then come back here."
-        )
+        self.show_intro()
+
+    def show_intro(self) -> None:
+        """What an empty chat shows: the model, its kind, context and template."""
+        ready = self.host.model_ready()
+        self.view.set_placeholder(intro_text(self.host.loaded_model() if ready else None))
 
     def show_branch(self) -> None:
         """Show ``branch``, keeping the widgets of the messages already shown in front (a
@@ -455,8 +463,13 @@ class ChatTab(QWidget):
             return None
         painted = self.reply.paint(self.view.last()) if visible else None
         if self.state is TabState.GENERATING and self.reply.gen_started:
-            self.reply.measure_speed()
-            self.update_status()
+            # the speed and the meter a few times a second, not at every paint: each
+            # update lays the status line out and repaints the meter
+            now = time.perf_counter()
+            if now - self._status_at >= STATUS_INTERVAL_S:
+                self._status_at = now
+                self.reply.measure_speed()
+                self.update_status()
         return painted
 
     # ------------------------------------------------------------------ status
@@ -478,7 +491,16 @@ class ChatTab(QWidget):
         self.update_status()
 
     def state_text(self) -> str:
-        return state_text(self.state, self.prompt_progress, self.reply.tok_s, self.info)
+        text = state_text(self.state, self.prompt_progress, self.reply.tok_s, self.info)
+        sharing = self.sharing_text()
+        return f"{text} · {sharing}" if sharing else text
+
+    def sharing_text(self) -> str:
+        """Why this tab writes slower now: others write too, on the same threads."""
+        model = self.host.loaded_model()
+        if not self.generating or model is None:
+            return ""
+        return sharing_text(self.host.generating_count(), model.settings.n_threads)
 
     def context_start(self) -> int | None:
         """The first message the model still sees, when earlier ones were left out."""
@@ -501,5 +523,8 @@ class ChatTab(QWidget):
             self.meter.set_figures(0, 0, 0)
             self.meter_label.setText("no model")
         self.state_label.setText(self.state_text())
-        self.state_label.setToolTip(state_tip(self.state, self.info))
+        tip = state_tip(self.state, self.info)
+        if self.sharing_text():
+            tip = "\n".join(t for t in (tip, sharing_tip(self.host.loaded_model())) if t)
+        self.state_label.setToolTip(tip)
         self.tools.context_changed()

@@ -78,7 +78,10 @@ class Composer(QPlainTextEdit):
 
 
 # The per-chat sampling controls: the schema's sampling fields marked ``chat``, in order.
-CHAT_FIELDS: tuple[FieldSpec, ...] = tuple(s for s in SAMPLING_FIELDS.values() if s.chat)
+# (numbers here; the chat tab edits the others, e.g. the stop strings, itself)
+CHAT_FIELDS: tuple[FieldSpec, ...] = tuple(
+    s for s in SAMPLING_FIELDS.values() if s.chat and s.kind in ("int", "float")
+)
 
 
 class ConversationSettings(QWidget):

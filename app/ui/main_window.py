@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 
 from app import paths
 from app.engine import ContextSettings
+from app.engine.settings import ModelSettings
 from app.errors import LlamaDeskError
 from app.remote.saved import is_address
 from app.session import LoadedModel, Session
@@ -296,6 +297,21 @@ class MainWindow(QMainWindow):
 
     def any_generating(self) -> bool:
         return any(t.generating for t in self.tabs_ui.by_id.values())
+
+    def generating_count(self) -> int:
+        return sum(1 for t in self.tabs_ui.by_id.values() if t.generating)
+
+    def loaded_model(self) -> LoadedModel | None:
+        return self.model
+
+    def model_changed(self) -> None:
+        """What shows the loaded model follows a change of it (its template...)."""
+        for tab in self.tabs():
+            tab.show_intro()
+        self.update_model_labels()
+
+    def model_settings_for(self, path: str) -> ModelSettings:
+        return self.settings_ui.model_settings_for(path)
 
     def reasoning_support(self) -> tuple[bool, bool]:
         """Whether the loaded model's template uses (the thinking toggle, the effort)."""

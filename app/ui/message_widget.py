@@ -44,6 +44,7 @@ from app.ui.tool_call_block import ToolCallList
 
 ACTION_SIZE = 24
 COPIED_MS = 1500  # how long the Copy button says "Copied"
+SOFT_CUT_RETRY = 40  # characters of new text before a soft cut that found none is tried again
 
 
 class _Card(QFrame):
@@ -167,6 +168,7 @@ class MessageWidget(QFrame):
         self._fence = ""  # the code fence open at the frozen boundary ("" if none)
         self._joined = False  # the frozen boundary is inside a paragraph (a soft cut)
         self._soft_width = 0  # the label width the soft cuts were made for (0: none)
+        self._cut_tried = (-1, 0)  # where a soft cut last found none, and the text's length
         self._rewrap = QTimer(self)
         self._rewrap.setSingleShot(True)
         self._rewrap.setInterval(120)
@@ -486,9 +488,15 @@ class MessageWidget(QFrame):
         (see :func:`soft_cut_point`); None when there is none."""
         if not self._streaming or self._fence or self.data.role != "assistant":
             return None
-        return soft_cut_point(
+        # A try lays the window out in a document of its own: after one that found no
+        # cut, the next waits for a line's worth of new text (not every paint).
+        if start == self._cut_tried[0] and len(text) < self._cut_tried[1] + SOFT_CUT_RETRY:
+            return None
+        cut = soft_cut_point(
             text, start, self.content, self._soft_width, self._joined, self._render_source
         )
+        self._cut_tried = (-1, 0) if cut is not None else (start, len(text))
+        return cut
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)

@@ -25,6 +25,7 @@ Presets are only requested here (:attr:`presetSaveRequested`,
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from PySide6.QtCore import QEvent, Qt, Signal, Slot
@@ -69,6 +70,7 @@ from app.ui.settings_texts import (
     model_text,
     running_text,
 )
+from app.ui.template_picker import TemplatePicker
 from app.ui.theme import colors
 
 # What other modules import from here (the names before the split into modules).
@@ -151,6 +153,7 @@ class SettingsPanel(QDialog):
         self._error_label.setStyleSheet(f"color: {c.error}; font-weight: bold;")
         self._applied_label.setStyleSheet(f"color: {c.ok}; font-weight: bold;")
         self._generating_label.setStyleSheet(f"color: {c.warn};")
+        self._threads_label.setStyleSheet(f"color: {c.warn};")
         for name, mark in self._marks.items():
             live = FIELDS[name].apply is Apply.LIVE
             mark.setStyleSheet(f"color: {c.ok if live else c.warn};")
@@ -171,6 +174,12 @@ class SettingsPanel(QDialog):
         self._model_label.setObjectName("modelLabel")
         self._model_label.setWordWrap(True)
         outer.addWidget(self._model_label)
+        # the model's own setting, apart from the context's (no Apply: the next reply)
+        self.template_picker = TemplatePicker(self)
+        self._wheel_guard.guard(self.template_picker.combo)
+        # the stored choice of a model file (the window's; "" until it says)
+        self.template_value: Callable[[str], str] = lambda _path: ""
+        outer.addWidget(self.template_picker)
 
         note = QLabel(
             f"Fields marked “{LIVE_MARK}” take effect at once. Fields marked "
@@ -241,6 +250,13 @@ class SettingsPanel(QDialog):
         self._problem_label.setWordWrap(True)
         self._problem_label.hide()
         outer.addWidget(self._problem_label)
+
+        # said before Apply: thread counts that can make every reply crawl
+        self._threads_label = QLabel()
+        self._threads_label.setObjectName("threadsWarning")
+        self._threads_label.setWordWrap(True)
+        self._threads_label.hide()
+        outer.addWidget(self._threads_label)
 
         self._error_label = QLabel()
         self._error_label.setObjectName("errorLabel")
@@ -334,6 +350,10 @@ class SettingsPanel(QDialog):
         """The model that runs now, with the context it really got (``None``: unloaded)."""
         self._loaded = model
         self._model_info = model.info if model is not None else None
+        self.template_picker.set_model(
+            model.chat_template if model is not None else None,
+            self.template_value(model.path) if model is not None else "",
+        )
         self._update_state()
 
     def set_generating(self, active: bool) -> None:
@@ -418,6 +438,9 @@ class SettingsPanel(QDialog):
         self._problem = None if error is None else str(error)
         self._problem_label.setText(self._problem or "")
         self._problem_label.setVisible(self._problem is not None)
+        warnings = edited.thread_warnings()
+        self._threads_label.setText(" ".join(warnings))
+        self._threads_label.setVisible(bool(warnings))
 
         # The error names its fields: no reading of its sentence.
         flagged = set(error.fields) & set(FIELDS) if isinstance(error, SettingsError) else set()

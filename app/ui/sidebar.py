@@ -16,16 +16,18 @@ import time
 from collections.abc import Callable
 
 from PySide6.QtCore import (
+    QEvent,
     QItemSelection,
     QItemSelectionModel,
     QModelIndex,
+    QObject,
     QPoint,
     Qt,
     QTimer,
     Signal,
     Slot,
 )
-from PySide6.QtGui import QPalette
+from PySide6.QtGui import QKeyEvent, QPalette
 from PySide6.QtWidgets import QAbstractItemView, QLabel, QLineEdit, QMenu, QVBoxLayout, QWidget
 
 from app.errors import LlamaDeskError
@@ -148,6 +150,29 @@ class Sidebar(QWidget):
         self._timer.timeout.connect(self.refresh)
         self.search.textChanged.connect(self._timer.start)
         self.search.returnPressed.connect(self.refresh)
+        self.search.installEventFilter(self)  # Down goes on to the results
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if (
+            watched is self.search
+            and event.type() == QEvent.Type.KeyPress
+            and isinstance(event, QKeyEvent)
+            and event.key() == Qt.Key.Key_Down
+        ):
+            self.focus_results()
+            return True
+        return super().eventFilter(watched, event)
+
+    def focus_results(self) -> None:
+        """The keyboard goes to the list, on its first chat (headers are not rows one
+        can stand on)."""
+        model = self.view.model()
+        for row in range(model.rowCount()):
+            index = model.index(row, 0)
+            if index.flags() & Qt.ItemFlag.ItemIsSelectable:
+                self.view.setCurrentIndex(index)
+                break
+        self.view.setFocus(Qt.FocusReason.TabFocusReason)
 
     # -- the window's API ----------------------------------------------------------------
 
@@ -241,8 +266,10 @@ class Sidebar(QWidget):
         self.model.current_id = self._current
         self.model.set_rows(rows, searching)
         kept = selected & {row.conversation_id for row in rows}
-        if kept - {self._current}:
-            # Keep a selection the user made (e.g. before exporting it) across refreshes.
+        if len(kept) > 1:
+            # Keep a selection the user made (e.g. before exporting it) across refreshes;
+            # one selected row is the chat that was current: the selection follows the
+            # current one (a new tab, a fork).
             selection = QItemSelection()
             for n, row in enumerate(rows):
                 if row.conversation_id in kept:

@@ -139,6 +139,12 @@ class RowDelegate(QStyledItemDelegate):
                 QRect(opt.rect.x(), opt.rect.y(), self.ACCENT, opt.rect.height()), accent
             )
             title_font.setBold(True)
+        if opt.state & QStyle.StateFlag.State_HasFocus and widget is not None and widget.hasFocus():
+            # the keyboard's row is seen (the style's focus frame is faint or absent)
+            ring = QColor(palette.color(QPalette.ColorRole.Highlight))
+            painter.setPen(ring)
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRect(opt.rect.adjusted(0, 0, -1, -1))
         rect = opt.rect.adjusted(self.PAD_X, self.PAD_Y, -self.PAD_X, -self.PAD_Y)
         text_color = palette.color(
             QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text

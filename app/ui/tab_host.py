@@ -8,7 +8,7 @@ from app.storage import Database
 
 if TYPE_CHECKING:
     from app.engine.chat_template import ReasoningDefaults
-    from app.session import Session
+    from app.session import LoadedModel, Session
     from app.ui.worker import EngineWorker
 
 
@@ -22,6 +22,14 @@ class TabHost(Protocol):
     def model_ready(self) -> bool: ...
 
     def model_path(self) -> str | None: ...
+
+    def loaded_model(self) -> LoadedModel | None:
+        """What is loaded and how (its context, template, batching); None: nothing."""
+        ...
+
+    def generating_count(self) -> int:
+        """How many tabs are writing a reply now."""
+        ...
 
     def show_message(self, text: str, error: bool = True) -> None: ...
 

@@ -196,3 +196,16 @@ class MeterFigures:
                 "see them (the system prompt is kept)"
             )
         return tip + "."
+
+
+def tokens_text(n: int) -> str:
+    """A count of tokens that reads right: "1 token", "6,144 tokens"."""
+    return f"{n:,} token" + ("" if n == 1 else "s")
+
+
+def room_text(n_ctx: int, reserve: int) -> str:
+    """What of the context a message may take, without contradicting itself (the room
+    kept for the reply is named only when there is some)."""
+    if reserve <= 0:
+        return f"its {tokens_text(n_ctx)}"
+    return f"{n_ctx - reserve:,} of its {tokens_text(n_ctx)}, {reserve:,} kept for the reply"

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QLabel
 from shiboken6 import isValid
 
 from app.engine.errors import context_advice
+from app.ui.tab_status import room_text, tokens_text
 
 if TYPE_CHECKING:
     from app.ui.tab_protocols import HintTab
@@ -64,12 +65,11 @@ class TokenHint:
         if too_long:
             advice = context_advice(n_ctx, tab.host.trained_context())
             text = (
-                f"This message is {result:,} tokens: more than the context can take "
-                f"({room:,} of its {n_ctx:,} tokens, the rest kept for the reply): "
-                f"{advice[0].upper()}{advice[1:]}."
+                f"This message is {tokens_text(result)}: more than the context can take "
+                f"({room_text(n_ctx, reserve)}): {advice[0].upper()}{advice[1:]}."
             )
         else:
-            text = f"This message is {result:,} tokens."
+            text = f"This message is {tokens_text(result)}."
         self.label.setText(text)
         self.label.setProperty("error", too_long)
         self.label.setStyleSheet("color: #d33;" if too_long else "")

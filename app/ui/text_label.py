@@ -29,9 +29,27 @@ class TextLabel(QLabel):
         if height is None:
             if len(self._hfw) > 8:
                 self._hfw.clear()
-            height = super().heightForWidth(width)
+            height = self._estimate(width)
+            if height is None:
+                height = super().heightForWidth(width)
             self._hfw[width] = height
         return height
+
+    def _estimate(self, width: int) -> int | None:
+        """The height at a width far below the label's own, from the height at its own.
+
+        Qt's layouts also ask for the height at the column's minimum width (a pass for
+        the minimum size, which a chat at its real width never takes): laying the text
+        out there cost as much as the real layout, at every streamed update. The text's
+        area scaled to that width, plus a line, bounds it from above; at the width the
+        label gets, the height is always laid out."""
+        own = self.width()
+        if not self.isVisible() or own < 200 or width <= 0 or width * 2 > own:
+            return None
+        at_own = self.heightForWidth(own)
+        line = self.fontMetrics().height()
+        lines = -(-at_own * own // (width * line)) + 1  # ceil, then one more
+        return lines * line
 
     def sizeHint(self) -> QSize:
         line = self.fontMetrics().height()

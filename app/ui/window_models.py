@@ -24,7 +24,6 @@ from app import paths
 from app.engine import ContextSettings
 from app.errors import LlamaDeskError
 from app.session import ContextFullPolicy, LoadedModel
-from app.ui.devices_settings import load_device_settings
 from app.ui.engines_models import EnginesPicker, down_note, engine_note
 from app.ui.model_picker import ModelPicker
 
@@ -107,7 +106,7 @@ class WindowModels:
             path,
             ContextSettings.from_dict(dict(win.app_settings.context)),
             ContextFullPolicy.parse(win.context_policy()) or ContextFullPolicy.SHIFT,
-            model_settings=load_device_settings().model_settings(),  # app/ui/devices_settings
+            model_settings=win.model_settings_for(path),  # its chat template and devices
         )
         win.update_stack()
 
@@ -230,7 +229,7 @@ class WindowModels:
         win.update_model_labels()
         support = win.reasoning_support()
         for tab in win.tabs():  # the session bound every open conversation again
-            tab.view.set_placeholder("Say hello: type a message below and press Enter.")
+            tab.show_intro()  # the model, its context and template
             tab.set_reasoning_support(*support)
         if self._model_manager is not None:
             self._model_manager.set_loading(None, 0.0)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from PySide6.QtWidgets import QLabel, QProgressBar, QToolButton
 
     from app.engine import ContextSettings
+    from app.engine.settings import ModelSettings
     from app.hub.catalog import CatalogModel
     from app.session import LoadedModel, Session
     from app.storage import AppSettings, Database, StateStore
@@ -128,6 +129,8 @@ class ModelsWindow(Protocol):
 
     def unload_model(self) -> None: ...
 
+    def model_settings_for(self, path: str) -> ModelSettings: ...
+
     def show_discover(self) -> None: ...
 
     def show_model_manager(self) -> None: ...
@@ -169,6 +172,7 @@ class SettingsWindow(Protocol):
     app_settings: AppSettings
     model: LoadedModel | None
     theme_actions: dict[str, QAction]
+    worker: EngineWorker
 
     def tabs(self) -> list[ChatTab]: ...
 
@@ -179,6 +183,8 @@ class SettingsWindow(Protocol):
     def any_generating(self) -> bool: ...
 
     def update_model_labels(self) -> None: ...
+
+    def model_changed(self) -> None: ...
 
     def sync_send(self) -> None: ...
 

@@ -3,16 +3,20 @@ apply"), the preferences dialog, the theme, and saving the app settings."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QMainWindow
 
-from app.engine import ContextSettings, ModelInfo
+from app.engine import ContextSettings, Engine, ModelInfo
+from app.engine.chat_template import TemplateChoice, user_template_problem
+from app.engine.settings import ModelSettings
 from app.errors import LlamaDeskError
 from app.session import LoadedModel
 from app.storage import save_settings
+from app.ui.devices_settings import load_device_settings
 from app.ui.theme import THEMES, apply_theme, current_theme
 
 if TYPE_CHECKING:
@@ -38,6 +42,69 @@ class WindowSettings:
             save_settings(self.win.app_settings)
         except LlamaDeskError as exc:
             self.win.show_message(str(exc))
+
+    # ---------------------------------------------------------------- the chat template
+
+    def model_settings_for(self, path: str) -> ModelSettings:
+        """The model settings a load of ``path`` gets: its stored chat template (a stored
+        choice that cannot be used any more, a moved file, is said and dropped)."""
+        win = self.win
+        value = win.app_settings.model_chat_templates.get(path, "")
+        problem = user_template_problem(value)
+        if problem is not None:
+            win.show_message(f"{problem} The model gets its automatic template.")
+            self._store_template(path, "")
+            value = ""
+        # the devices section's choices (app/ui/devices_settings) with this model's template
+        return dataclasses.replace(load_device_settings().model_settings(), chat_template=value)
+
+    def template_value(self, path: str) -> str:
+        return self.win.app_settings.model_chat_templates.get(path, "")
+
+    def _store_template(self, path: str, value: str) -> None:
+        templates = dict(self.win.app_settings.model_chat_templates)
+        if value:
+            templates[path] = value
+        else:
+            templates.pop(path, None)
+        self.win.app_settings.model_chat_templates = templates
+        self.save_settings()
+
+    def choose_chat_template(self, value: str) -> None:
+        """The user's template for the loaded model (a bundled name, a file, "":
+        automatic): checked, kept for the model file, used from the next reply on."""
+        win = self.win
+        if win.model is None:
+            return
+        problem = user_template_problem(value)
+        if problem is not None:
+            win.show_message(problem)
+            self.sync_template_picker()
+            return
+        path = win.model.path
+        self._store_template(path, value)
+
+        def use(engine: Engine) -> TemplateChoice:
+            return engine.set_chat_template(value)
+
+        win.worker.call(use, lambda result: self._template_set(path, result))
+
+    def _template_set(self, path: str, result: TemplateChoice | BaseException) -> None:
+        win = self.win
+        if isinstance(result, BaseException):
+            win.show_message(str(result))
+        elif win.model is not None and win.model.path == path:
+            win.model = dataclasses.replace(win.model, chat_template=result)
+            win.model_changed()
+        self.sync_template_picker()
+
+    def sync_template_picker(self) -> None:
+        panel, model = self.panel, self.win.model
+        if panel is not None:
+            value = self.template_value(model.path) if model is not None else ""
+            panel.template_picker.set_model(
+                model.chat_template if model is not None else None, value
+            )
 
     # ---------------------------------------------------------------- context settings
 
@@ -81,11 +148,14 @@ class WindowSettings:
             loaded=win.model,
         )
         panel.set_generating(win.any_generating())
+        panel.template_value = self.template_value
+        panel.template_picker.chosen.connect(self.choose_chat_template)
         panel.applyRequested.connect(self.apply_settings)
         panel.presetSaveRequested.connect(self.save_preset)
         panel.presetDeleteRequested.connect(self.delete_preset)
         panel.finished.connect(self.settings_closed)
         self.panel = panel
+        self.sync_template_picker()
         panel.open()
 
     def settings_closed(self, _result: int) -> None:

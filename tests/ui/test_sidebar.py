@@ -333,3 +333,28 @@ def test_pin_from_the_context_menu_has_an_icon(
     assert not actions["Pin"].icon().isNull()
     actions["Pin"].trigger()
     assert pins == [(a, True)]
+
+
+def test_down_from_the_search_box_reaches_the_results(
+    qtbot: QtBot, db: Database, sidebar: Sidebar
+) -> None:
+    add(db, conversation("first", at(0, hour=11)), conversation("second", at(1)))
+    sidebar.refresh()
+    sidebar.window().activateWindow()
+    sidebar.search.setFocus()
+    qtbot.waitUntil(sidebar.search.hasFocus, timeout=3000)
+    qtbot.keyClick(sidebar.search, Qt.Key.Key_Down)
+    qtbot.waitUntil(sidebar.view.hasFocus, timeout=3000)
+    current = sidebar.view.currentIndex()
+    assert current.isValid() and current.row() == 0
+    assert sidebar.model.rows[0].title == "first"
+    # the row the keyboard stands on is drawn with a ring in the highlight colour (seen
+    # without its selection, whose fill is that colour too)
+    sidebar.view.selectionModel().clearSelection()
+    assert sidebar.view.currentIndex() == current
+    image = sidebar.view.viewport().grab().toImage()
+    rect = sidebar.view.visualRect(current)
+    accent = sidebar.view.palette().color(QPalette.ColorRole.Highlight)
+    y = rect.bottom()  # the ring's bottom edge (the header is drawn above the row)
+    edge = [image.pixelColor(x, y) for x in range(rect.left() + 20, rect.right() - 20)]
+    assert sum(1 for c in edge if c == accent) > len(edge) // 2

@@ -86,3 +86,12 @@ def test_the_sessions_events_set_the_figures() -> None:
     assert cache_note(refused.turn_started()) is CacheNote.NONE
     assert refused.apply(ev.ConversationForked(cid, ConversationId(2), 30)).forked
     assert refused.unloaded().n_ctx == 0
+
+
+def test_the_room_for_a_message_does_not_contradict_itself() -> None:
+    from app.ui.tab_status import room_text, tokens_text
+
+    assert tokens_text(1) == "1 token" and tokens_text(6144) == "6,144 tokens"
+    # no reserve: no "rest kept for the reply" beside "6,144 of its 6,144"
+    assert room_text(6144, 0) == "its 6,144 tokens"
+    assert room_text(6144, 1024) == "5,120 of its 6,144 tokens, 1,024 kept for the reply"
