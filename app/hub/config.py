@@ -16,10 +16,10 @@ import enum
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from app import paths
 from app.fsutil import atomic_write_bytes
+from app.keyring_backend import system_keyring
 from app.storage.settings import endpoint_problem
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -96,26 +96,11 @@ def _token_file() -> Path:
     return paths.data_dir() / "hub-token"
 
 
-def _keyring() -> Any | None:
-    """The keyring module if it is installed and has a real backend, else None."""
-    try:
-        import keyring  # type: ignore[import-not-found, unused-ignore]
-        from keyring.backends import fail  # type: ignore[import-not-found, unused-ignore]
-    except Exception:
-        return None
-    try:
-        if isinstance(keyring.get_keyring(), fail.Keyring):
-            return None
-    except Exception:
-        return None
-    return keyring
-
-
 class TokenStore:
     """The Hub token: ``get``, ``set``, ``clear``; ``where`` says where it is kept."""
 
     def __init__(self, *, use_keyring: bool = True) -> None:
-        self._keyring = _keyring() if use_keyring else None
+        self._keyring = system_keyring() if use_keyring else None
 
     @property
     def where(self) -> str:

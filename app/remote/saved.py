@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
+from app.keyring_backend import system_keyring
 from app.remote.connection import RemoteConnection, is_loopback
 
 log = logging.getLogger(__name__)
@@ -175,21 +176,6 @@ def is_address(path: str | None) -> bool:
 # ---------------------------------------------------------------- API keys
 
 
-def _keyring() -> Any | None:
-    """The keyring module if it is installed and has a real backend, else None."""
-    try:
-        import keyring  # type: ignore[import-not-found, unused-ignore]
-        from keyring.backends import fail  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        return None
-    try:
-        if isinstance(keyring.get_keyring(), fail.Keyring):
-            return None
-    except Exception:
-        return None
-    return keyring
-
-
 @functools.cache
 def default_keys() -> ApiKeys:
     """The process's one key store (the window's Engines page and its loader share it:
@@ -203,7 +189,7 @@ class ApiKeys:
     the GUI thread."""
 
     def __init__(self, *, use_keyring: bool = True) -> None:
-        self._keyring = _keyring() if use_keyring else None
+        self._keyring = system_keyring() if use_keyring else None
         self._memory: dict[str, str] = {}
         self._lock = threading.Lock()
 

@@ -26,6 +26,7 @@ from typing import Any, Final
 from app import paths
 from app.errors import LlamaDeskError
 from app.fsutil import atomic_write_bytes
+from app.keyring_backend import system_keyring
 from app.mcp.config import (
     HttpServer,
     McpConfig,
@@ -96,27 +97,13 @@ def _secret_user(server: str, name: str) -> str:
     return f"{server}\n{name}"
 
 
-def _keyring() -> Any | None:
-    """The keyring module when it is installed with a usable backend, else None (the
-    same rule as the Hugging Face token's store)."""
-    try:
-        import keyring  # type: ignore[import-not-found, unused-ignore]
-        from keyring.backends import fail  # type: ignore[import-not-found, unused-ignore]
-
-        if isinstance(keyring.get_keyring(), fail.Keyring):
-            return None
-    except Exception:
-        return None
-    return keyring
-
-
 class SecretStore:
     """Secret values of MCP servers, by server and variable/header name: in the system
     keyring, else in ``mcp-secrets.json`` (owner-only) in the data folder. May block (a
     keyring waits for an unlock): use it off the GUI thread."""
 
     def __init__(self, *, use_keyring: bool = True, path: Path | None = None) -> None:
-        self._keyring = _keyring() if use_keyring else None
+        self._keyring = system_keyring() if use_keyring else None
         self._path = path or paths.data_dir() / "mcp-secrets.json"
 
     @property
