@@ -107,3 +107,14 @@ def make_worker(need_rpc: None) -> Iterator[Callable[..., Worker]]:
     yield make
     for w in started:
         w.stop()
+
+
+def running_worker() -> Iterator[Worker]:
+    """The body of a worker fixture of any scope: skips where the build has no RPC
+    backend, else one worker on loopback, stopped afterwards."""
+    reason = rpc_backend_missing()
+    if reason:
+        pytest.skip(reason)
+    w = start_worker()
+    yield w
+    w.stop()

@@ -12,7 +12,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.ui.devices_settings import DeviceSettings, save_device_settings
-from tests.devices.conftest import Worker, rpc_backend_missing, start_worker
+from tests.devices.conftest import Worker, running_worker
 from tests.hub.fake_hub import FakeHub
 
 pytestmark = pytest.mark.qt_log_ignore(
@@ -25,12 +25,7 @@ Q8 = "tiny-Q8_0.gguf"
 
 @pytest.fixture(scope="module")
 def worker() -> Iterator[Worker]:
-    reason = rpc_backend_missing()
-    if reason:
-        pytest.skip(reason)
-    w = start_worker()
-    yield w
-    w.stop()
+    yield from running_worker()
 
 
 @pytest.fixture

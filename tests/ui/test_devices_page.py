@@ -14,19 +14,14 @@ from pytestqt.qtbot import QtBot
 from app.engine import ContextSettings
 from app.ui.devices_page import DevicesPage
 from app.ui.devices_settings import load_device_settings
-from tests.devices.conftest import Worker, free_port, rpc_backend_missing, start_worker
+from tests.devices.conftest import Worker, free_port, running_worker
 
 TIMEOUT_MS = 20_000
 
 
 @pytest.fixture(scope="module")
 def worker() -> Iterator[Worker]:
-    reason = rpc_backend_missing()
-    if reason:
-        pytest.skip(reason)
-    w = start_worker()
-    yield w
-    w.stop()
+    yield from running_worker()
 
 
 def _page(qtbot: QtBot, model: Path | None) -> DevicesPage:

@@ -15,7 +15,7 @@ from app.engine import ContextSettings
 from app.storage import Database
 from app.ui.devices_settings import DeviceSettings, save_device_settings
 from app.ui.model_manager import ModelManager
-from tests.devices.conftest import Worker, rpc_backend_missing, start_worker
+from tests.devices.conftest import Worker, running_worker
 from tests.support.gguf_models import write_tiny_model
 
 TIMEOUT_MS = 20_000
@@ -23,12 +23,7 @@ TIMEOUT_MS = 20_000
 
 @pytest.fixture(scope="module")
 def worker() -> Iterator[Worker]:
-    reason = rpc_backend_missing()
-    if reason:
-        pytest.skip(reason)
-    w = start_worker()
-    yield w
-    w.stop()
+    yield from running_worker()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pytestqt.qtbot import QtBot
 
 from app.session import FinishReason
 from app.ui.devices_settings import DeviceSettings, save_device_settings
-from tests.devices.conftest import Worker, rpc_backend_missing, start_worker
+from tests.devices.conftest import Worker, running_worker
 from tests.ui.conftest import send, wait_idle
 
 pytestmark = pytest.mark.qt_log_ignore(
@@ -24,12 +24,7 @@ pytestmark = pytest.mark.qt_log_ignore(
 
 @pytest.fixture
 def worker() -> Iterator[Worker]:
-    reason = rpc_backend_missing()
-    if reason:
-        pytest.skip(reason)
-    w = start_worker()
-    yield w
-    w.stop()
+    yield from running_worker()
 
 
 def test_the_window_outlives_its_remote_worker(
