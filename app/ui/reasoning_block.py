@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Slot
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QFrame, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
+from app.ui.disclosure import disclosure_toggle, show_expanded
 from app.ui.stream_chunks import CHUNK_CHARS, cut_point
 from app.ui.text_label import TextLabel
 
@@ -28,13 +29,9 @@ class ReasoningBlock(QFrame):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 2)
         layout.setSpacing(2)
-        self.toggle = QToolButton(self)
-        self.toggle.setObjectName("reasoning-toggle")
-        self.toggle.setCheckable(True)
-        self.toggle.setAutoRaise(True)
-        self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.toggle.setArrowType(Qt.ArrowType.RightArrow)
-        self.toggle.setToolTip("Show or hide what the model thought before answering")
+        self.toggle = disclosure_toggle(
+            self, "reasoning-toggle", "Show or hide what the model thought before answering"
+        )
         self.toggle.toggled.connect(self._on_toggled)
         layout.addWidget(self.toggle)
         self.body = QFrame(self)
@@ -95,7 +92,7 @@ class ReasoningBlock(QFrame):
 
     @Slot(bool)
     def _on_toggled(self, expanded: bool) -> None:
-        self.toggle.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
+        show_expanded(self.toggle, expanded)
         if expanded:
             self._update_labels()
         self.body.setVisible(expanded)

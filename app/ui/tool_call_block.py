@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Slot
 from PySide6.QtGui import QFontDatabase, QPalette
-from PySide6.QtWidgets import QFrame, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from app.mcp.client import CallOutcome
+from app.ui.disclosure import disclosure_toggle, show_expanded
 from app.ui.text_label import TextLabel
 
 __all__ = ["CallState", "CallView", "ToolCallBlock", "ToolCallList", "state_of"]
@@ -87,13 +88,9 @@ class ToolCallBlock(QFrame):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 2, 6, 4)
         layout.setSpacing(2)
-        self.toggle = QToolButton(self)
-        self.toggle.setObjectName("tool-call-toggle")
-        self.toggle.setCheckable(True)
-        self.toggle.setAutoRaise(True)
-        self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.toggle.setArrowType(Qt.ArrowType.RightArrow)
-        self.toggle.setToolTip("Show or hide the call's arguments and result")
+        self.toggle = disclosure_toggle(
+            self, "tool-call-toggle", "Show or hide the call's arguments and result"
+        )
         self.toggle.toggled.connect(self._on_toggled)
         layout.addWidget(self.toggle)
         self.sentence = self._label("tool-call-sentence")
@@ -172,7 +169,7 @@ class ToolCallBlock(QFrame):
 
     @Slot(bool)
     def _on_toggled(self, expanded: bool) -> None:
-        self.toggle.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
+        show_expanded(self.toggle, expanded)
         self.body.setVisible(expanded)
 
 
