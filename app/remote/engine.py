@@ -50,7 +50,6 @@ from app.engine.tool_calls.request import ToolRequest
 from app.errors import LlamaDeskError
 from app.remote.completion import Held, Renderer
 from app.remote.connection import RemoteConnection
-from app.remote.faults import FaultKind, RemoteFault
 from app.remote.probe import ServerTraits, loaded_model
 from app.remote.slots import SlotFile, SlotServerDown, restore_slot, save_slot
 from app.remote.slots import new_name as new_slot_name
@@ -346,8 +345,6 @@ class RemoteEngine:
 
     def _end(self, key: int, seq: _Seq, ended: Ended, events: list[EngineEvent]) -> None:
         fault = ended.fault
-        if fault is not None and seq.tools is not None:
-            fault = tools_refused(fault, self.conn.label)
         if ended.cancelled:
             self._finish(key, seq, "aborted", ended, events)
         elif fault is not None:
@@ -493,16 +490,3 @@ class RemoteEngine:
                 seq.line.client.close()
             else:
                 seq.line.close_after_turn()
-
-
-def tools_refused(fault: RemoteFault, server: str) -> RemoteFault:
-    """A 400 to a request with tools, said as what it most likely is (a server without
-    function calling: llama-server without ``--jinja``, an old Ollama)."""
-    if fault.kind is not FaultKind.BAD_REQUEST or fault.status != 400:
-        return fault
-    return dataclasses.replace(
-        fault,
-        message=f"{server} refused the request with tools (HTTP 400): it may not support "
-        f"tool calls (llama-server needs --jinja); turn the tools off for this conversation "
-        f"or use another server. {fault.message}",
-    )

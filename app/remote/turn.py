@@ -250,7 +250,11 @@ class RemoteTurn:
                 if response.status_code != 200:
                     body = response.read()[:MAX_ERROR_BODY].decode("utf-8", "replace")
                     fault = status_fault(
-                        self._conn.label, response.status_code, body, response.headers
+                        self._conn.label,
+                        response.status_code,
+                        body,
+                        response.headers,
+                        with_tools="tools" in payload,
                     )
                     return self._ended(None, None, fault)
                 streaming = True

@@ -32,6 +32,7 @@ from app.session import events as ev
 from app.session.engine_port import ChatPrompt
 from app.session.types import FinishReason
 from tests.remote.conftest import TURN_TIMEOUT_S, RemoteChat
+from tests.remote.llama_server_process import start_llama_server
 from tests.remote.stub_server import REPLY, StubServer
 from tests.support.gguf_models import TinySpec, write_tiny_model
 from tests.support.serve_process import ServeProcess
@@ -219,7 +220,7 @@ def test_a_server_that_refuses_tools_says_so(stub: MakeStub, remote_chat: MakeCh
     turn = tool_turn(chat, cid, events, "weather [no-tools]")
     assert turn.failed is not None
     assert "refused the request with tools (HTTP 400)" in turn.failed
-    assert "--jinja" in turn.failed  # the server's own sentence is kept
+    assert "tools param requires --jinja flag" in turn.failed  # the server's sentence kept
     assert turn.result.finish_reason is FinishReason.ERROR
     thread = chat.db.get_thread(cid)
     assert thread[0].role == "user" and thread[0].content == "weather [no-tools]"
@@ -348,3 +349,43 @@ def test_a_forced_call_from_llamadesk_serve_and_the_round_trip(
     assert again.result.finish_reason in (FinishReason.LENGTH, FinishReason.EOG)
     # the re-sent history rendered to the same prefix: the server's cache held it
     assert again.result.cached_tokens > 0
+
+
+# ---------------------------------------------------------------- llama.cpp's llama-server
+
+
+@pytest.fixture(scope="module")
+def qwen_llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    model = write_tiny_model(
+        tmp_path_factory.mktemp("tools-llama-server") / "qwen25.gguf",
+        TinySpec(chat_template=QWEN25.read_text(), n_ctx_train=4096),
+    )
+    proc, url = start_llama_server(model, "--jinja")
+    yield url
+    proc.terminate()
+    proc.wait(30)
+
+
+def test_llama_server_with_tools_answers_or_refuses_with_a_sentence(
+    qwen_llama_server: str, remote_chat: MakeChat
+) -> None:
+    chat = remote_chat(qwen_llama_server)
+    assert chat.loader.engine is not None and chat.loader.engine.traits.token_prompts
+    cid, events = chat.new_conversation()
+    short = SamplingParams(temperature=0.0, max_tokens=8)
+    # auto: the tools go on the chat route, the tiny model writes text (no call)
+    turn = tool_turn(chat, cid, events, "the weather in Paris", AUTO, sampling=short)
+    assert turn.failed is None and turn.text
+    assert turn.result.finish_reason in (FinishReason.LENGTH, FinishReason.EOG)
+    assert turn.result.tool_calls == ()
+    # required: this llama-server cannot build the forcing grammar for the tiny vocabulary
+    # and answers 400 - a real refusal of tools, said as one, nothing lost
+    forced = ToolRequest((WEATHER, TIME), ToolChoiceMode.REQUIRED, parallel=False)
+    refused = tool_turn(chat, cid, events, "call one", forced, sampling=short)
+    assert refused.failed is not None
+    assert "refused the request with tools (HTTP 400)" in refused.failed
+    assert "Failed to initialize samplers" in refused.failed
+    assert [m.content for m in chat.db.get_thread(cid) if m.role == "user"][-1] == "call one"
+    # the next turn without tools takes the token route again and answers
+    plain = tool_turn(chat, cid, events, "thanks", None, sampling=short)
+    assert plain.failed is None and plain.text
