@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx2
 import jsonschema  # type: ignore[import-untyped]
+import openai
 import pytest
 
 from app.engine import Event as EngineEvent
@@ -389,3 +390,29 @@ def test_llama_server_with_tools_answers_or_refuses_with_a_sentence(
     # the next turn without tools takes the token route again and answers
     plain = tool_turn(chat, cid, events, "thanks", None, sampling=short)
     assert plain.failed is None and plain.text
+
+
+def test_serve_remote_fronts_tool_calls_for_the_openai_client(
+    stub: MakeStub, tmp_path: Path
+) -> None:
+    upstream = stub("openai")
+    front = ServeProcess(["--remote", upstream.url], tmp_path / "front-home")
+    try:
+        client = openai.OpenAI(base_url=f"{front.url}/v1", api_key="x", max_retries=0)
+        ask: Any = [{"role": "user", "content": "weather and time [tool-call]"}]
+        tools: Any = openai_tools(AUTO.tools)
+        with client.chat.completions.stream(model="stub-model", messages=ask, tools=tools) as s:
+            final = s.get_final_completion()
+        choice = final.choices[0]
+        assert choice.finish_reason == "tool_calls"
+        assert [
+            (c.function.name, json.loads(c.function.arguments))
+            for c in choice.message.tool_calls or []
+        ] == [
+            ("get_weather", {"city": "Paris", "unit": "c"}),
+            ("get_time", {"zone": "CET"}),
+        ]
+        assert upstream.chat_bodies()[-1]["tools"] == tools
+    finally:
+        code, err = front.stop()
+    assert code == 0, err
