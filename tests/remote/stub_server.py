@@ -16,7 +16,8 @@ Tool calls: ``[tool-call]`` streams :data:`TOOL_PIECES` - two calls whose ``delt
 are split at odd places (the second call's id before its name, arguments cut inside keys
 and strings, the two calls' pieces interleaved) - and ends with ``finish_reason:
 "tool_calls"``; ``[tool-message]`` sends one call whole in ``message.tool_calls``;
-``[tool-cut]`` drops the connection in the middle of a call's arguments; ``[no-tools]``
+``[tool-cut]`` drops the connection in the middle of a call's arguments; ``[tool-slow]``
+sends the call pieces 0.2 s apart; ``[no-tools]``
 answers a request that has ``tools`` with a 400, as a server without function calling does.
 Every request is kept in :attr:`StubServer.requests` (path, headers, body).
 """
@@ -174,8 +175,8 @@ class _Handler(BaseHTTPRequestHandler):
         if "[think]" in last:
             for text in ("<think>", "let me ", "see", "</think>"):
                 self._piece(json.dumps({"choices": [{"index": 0, "delta": {"content": text}}]}))
-        if "[tool-call]" in last or "[tool-cut]" in last:
-            self._tool_calls(cut="[tool-cut]" in last)
+        if "[tool-call]" in last or "[tool-cut]" in last or "[tool-slow]" in last:
+            self._tool_calls(cut="[tool-cut]" in last, slow="[tool-slow]" in last)
             return
         if "[tool-message]" in last:
             call = {
@@ -224,12 +225,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._piece(json.dumps({"choices": [], "usage": usage}))
         self._piece("[DONE]")
 
-    def _tool_calls(self, *, cut: bool) -> None:
+    def _tool_calls(self, *, cut: bool, slow: bool) -> None:
+        try:
+            self._tool_pieces(cut=cut, slow=slow)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client closed the stream (a stop): what the test is after
+
+    def _tool_pieces(self, *, cut: bool, slow: bool) -> None:
         self._piece(json.dumps({"choices": [{"index": 0, "delta": {"content": "Let me look."}}]}))
         for n, (index, call_id, name, fragment) in enumerate(TOOL_PIECES):
             if cut and n == 4:
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
+            if slow:
+                time.sleep(0.2)
             function: dict[str, Any] = {"arguments": fragment}
             if name is not None:
                 function["name"] = name

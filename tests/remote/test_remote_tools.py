@@ -416,3 +416,25 @@ def test_serve_remote_fronts_tool_calls_for_the_openai_client(
     finally:
         code, err = front.stop()
     assert code == 0, err
+
+
+def test_stop_during_a_call(stub_engine: tuple[StubServer, RemoteEngine]) -> None:
+    _, engine = stub_engine
+    key = engine.open()
+    prompt = ChatPrompt((ChatMessage("user", "[tool-slow]"),), tools=AUTO)
+    engine.start(key, prompt, SamplingParams())
+    events: list[EngineEvent] = []
+    deadline = time.monotonic() + TURN_TIMEOUT_S
+    while not any(isinstance(e, ToolCallArguments) for e in events):
+        assert time.monotonic() < deadline
+        events += engine.step()
+    engine.stop(key)
+    t0 = time.monotonic()
+    while not any(isinstance(e, Finished) for e in events):
+        assert time.monotonic() - t0 < 2.0  # the stream is closed at once
+        events += engine.step()
+    [done] = [e for e in events if isinstance(e, Finished)]
+    assert done.completion.finish_reason == "aborted"
+    assert done.completion.text == "Let me look." and done.completion.tool_calls == []
+    assert any("cut off" in e for e in done.completion.tool_errors)
+    assert not engine.is_busy(key)
