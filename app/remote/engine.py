@@ -381,10 +381,12 @@ class RemoteEngine:
             last_token_at=last,
         )
         if seq.calls.started:
-            calls, broken = seq.calls.result(seq.tools, complete=reason not in ("aborted", "error"))
+            calls, broken = seq.calls.result(
+                seq.tools, complete=reason not in ("aborted", "error", "length")
+            )
             completion.tool_calls, completion.tool_errors = list(calls), list(broken)
             if calls and reason in ("eog", "stop"):
-                reason = completion.finish_reason = "tool_calls"  # the client runs them
+                completion.finish_reason = "tool_calls"  # the client runs them
         if seq.reasoning:
             completion.reasoning_ms = (seq.reasoning_end - seq.reasoning_start) * 1000.0
         if figures is not None:
