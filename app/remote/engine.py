@@ -40,17 +40,21 @@ from app.engine import (
     SamplingParams,
     SequenceFailed,
     TokenText,
+    ToolCallArguments,
+    ToolCallStarted,
 )
 from app.engine import Event as EngineEvent
 from app.engine.context_policy import ContextFullPolicy
 from app.engine.reasoning import Channel, ReasoningFormat, detect_format
+from app.engine.tool_calls.request import ToolRequest
 from app.errors import LlamaDeskError
 from app.remote.completion import Held, Renderer
 from app.remote.connection import RemoteConnection
 from app.remote.probe import ServerTraits, loaded_model
 from app.remote.slots import SlotFile, SlotServerDown, restore_slot, save_slot
 from app.remote.slots import new_name as new_slot_name
-from app.remote.turn import Ended, Line, Progressed, RemoteTurn, Streamed, TurnEvent
+from app.remote.tool_stream import CallAssembler
+from app.remote.turn import CallStreamed, Ended, Line, Progressed, RemoteTurn, Streamed, TurnEvent
 from app.remote.wire import chat_body, finish_reason
 from app.session.engine_port import (
     Capability,
@@ -92,6 +96,8 @@ class _Seq:
     slot_file: str = ""  # its cache's file on the server (slot files; "": none yet)
     # what its turns sent and got, as tokens (the token route), the latest last
     held: tuple[Held, ...] = ()
+    tools: ToolRequest | None = None  # the turn's tools (None: it offered none)
+    calls: CallAssembler = field(default_factory=CallAssembler)
 
 
 class RemoteEngine:
@@ -260,9 +266,11 @@ class RemoteEngine:
             assert turn is not None
             self._inbox.put((turn, event))
 
+        # /completion streams text only: a turn with tools takes the chat route, where the
+        # server parses the calls (the token route's cache stays valid: it follows the prompt)
         route = (
             (sampling, seq.held, self.renderer, prompt.reasoning)
-            if self.traits.token_prompts
+            if self.traits.token_prompts and prompt.tools is None
             else None
         )
         turn = RemoteTurn(key, seq.line, self.conn, body, sink, self._reasoning, tokens=route)
@@ -270,6 +278,7 @@ class RemoteEngine:
         if seq.slot is not None:
             self._slot_owner[seq.slot] = key
         seq.answer, seq.reasoning = [], []
+        seq.tools, seq.calls = prompt.tools, CallAssembler()
         seq.reasoning_start = seq.reasoning_end = 0.0
         seq.sent_at = time.perf_counter()
         turn.start()
@@ -323,6 +332,12 @@ class RemoteEngine:
             else:
                 seq.answer.append(event.text)
             events.append(TokenText(key, event.text, next(self._pieces), event.channel))
+        elif isinstance(event, CallStreamed):
+            for step in seq.calls.feed(event.piece):
+                if step.started:
+                    events.append(ToolCallStarted(key, step.index, step.call_id, step.name))
+                if step.fragment:
+                    events.append(ToolCallArguments(key, step.index, step.fragment))
         elif isinstance(event, Progressed):
             events.append(PromptProgress(key, event.done, event.total))
         else:
@@ -335,7 +350,7 @@ class RemoteEngine:
         elif fault is not None:
             events.append(SequenceFailed(key, fault.message))
             # what came is kept (and marked stopped); a reply with nothing is an error
-            reason = "aborted" if seq.answer or seq.reasoning else "error"
+            reason = "aborted" if seq.answer or seq.reasoning or seq.calls.started else "error"
             self._finish(key, seq, reason, ended, events, error=fault.message)
         else:
             self._finish(key, seq, finish_reason(ended.finish_reason), ended, events)
@@ -365,6 +380,13 @@ class RemoteEngine:
             first_token_at=first,
             last_token_at=last,
         )
+        if seq.calls.started:
+            calls, broken = seq.calls.result(
+                seq.tools, complete=reason not in ("aborted", "error", "length")
+            )
+            completion.tool_calls, completion.tool_errors = list(calls), list(broken)
+            if calls and reason in ("eog", "stop"):
+                completion.finish_reason = "tool_calls"  # the client runs them
         if seq.reasoning:
             completion.reasoning_ms = (seq.reasoning_end - seq.reasoning_start) * 1000.0
         if figures is not None:

@@ -83,9 +83,21 @@ def retry_after_s(headers: httpx2.Headers) -> float | None:
     return seconds if seconds >= 0 else None
 
 
-def status_fault(server: str, status: int, body: str, headers: httpx2.Headers) -> RemoteFault:
+def status_fault(
+    server: str, status: int, body: str, headers: httpx2.Headers, *, with_tools: bool = False
+) -> RemoteFault:
+    """``with_tools``: the request offered tools (a 400 then most often means the server
+    does no tool calls, or cannot constrain them for this model)."""
     said = _server_said(body)
     tail = f' It said: "{said}"' if said else ""
+    if status == 400 and with_tools:
+        return RemoteFault(
+            FaultKind.BAD_REQUEST,
+            f"{server} refused the request with tools (HTTP 400): if it does not do tool "
+            f"calls (llama-server needs --jinja), turn the tools off for this conversation."
+            f"{tail}",
+            status,
+        )
     if status in (401, 403):
         return RemoteFault(
             FaultKind.AUTH,

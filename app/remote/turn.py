@@ -56,7 +56,7 @@ from app.remote.faults import (
     status_fault,
     transport_fault,
 )
-from app.remote.wire import Chunk, Figures, read_chunk
+from app.remote.wire import CallPiece, Chunk, Figures, read_chunk
 
 CONNECT_RETRIES = 2  # more tries after a refused connection
 CONNECT_BACKOFF_S = 0.25  # doubled each try
@@ -68,6 +68,14 @@ class Streamed:
     key: int
     channel: Channel
     text: str
+
+
+@dataclass(frozen=True)
+class CallStreamed:
+    """A piece of a tool call (``delta.tool_calls``), as the server split it."""
+
+    key: int
+    piece: CallPiece
 
 
 @dataclass(frozen=True)
@@ -90,7 +98,7 @@ class Ended:
     held: tuple[Held, ...] = ()  # the token route's prompt (and reply), as the cache holds them
 
 
-TurnEvent = Streamed | Progressed | Ended
+TurnEvent = Streamed | CallStreamed | Progressed | Ended
 TokenRoute = tuple[SamplingParams, tuple[Held, ...], Renderer, ReasoningOptions]
 
 
@@ -242,7 +250,11 @@ class RemoteTurn:
                 if response.status_code != 200:
                     body = response.read()[:MAX_ERROR_BODY].decode("utf-8", "replace")
                     fault = status_fault(
-                        self._conn.label, response.status_code, body, response.headers
+                        self._conn.label,
+                        response.status_code,
+                        body,
+                        response.headers,
+                        with_tools="tools" in payload,
                     )
                     return self._ended(None, None, fault)
                 streaming = True
@@ -290,6 +302,9 @@ class RemoteTurn:
             if chunk.answer:
                 for piece in self._splitter.feed(chunk.answer):
                     self._emit(piece.channel, piece.text)
+            for call in chunk.calls:
+                self._mark()
+                self._sink(CallStreamed(self.key, call))
             finish = chunk.finish_reason or finish
             figures = chunk.figures or figures
         if self._cancelled.is_set():
@@ -316,12 +331,16 @@ class RemoteTurn:
         )
 
     def _emit(self, channel: Channel, text: str) -> None:
+        self._mark()
+        self._sink(Streamed(self.key, channel, text))
+
+    def _mark(self) -> None:
+        """A piece of the reply came (text or a call's: either means no retry now)."""
         now = time.perf_counter()
         if not self._first_at:
             self._first_at = now
         self._last_at = now
         self._n_pieces += 1
-        self._sink(Streamed(self.key, channel, text))
 
     def _ended(
         self,

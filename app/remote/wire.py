@@ -14,10 +14,13 @@ progress (llama-server's ``prompt_progress``) and the figures (``usage`` with
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from app.engine import SamplingParams
+from app.engine.chat_template.tools import openai_tools
+from app.engine.tool_calls.request import ToolChoiceMode, ToolRequest
 from app.remote.probe import ServerKind, ServerTraits
 from app.session.engine_port import ChatPrompt
 
@@ -40,6 +43,8 @@ def chat_body(
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
     }
+    if prompt.tools is not None:
+        body.update(tool_fields(prompt.tools))
     if sampling.max_tokens > 0:
         body["max_tokens"] = sampling.max_tokens
     if sampling.stop:
@@ -75,6 +80,30 @@ def chat_body(
     return body
 
 
+def tool_fields(request: ToolRequest) -> dict[str, Any]:
+    """``tools``, ``tool_choice`` and ``parallel_tool_calls`` as OpenAI's request has them."""
+    choice: str | dict[str, Any]
+    if request.mode is ToolChoiceMode.NAMED:
+        choice = {"type": "function", "function": {"name": request.function}}
+    else:
+        choice = request.mode.value
+    fields: dict[str, Any] = {"tool_choice": choice, "parallel_tool_calls": request.parallel}
+    if request.tools:  # (an empty list is refused by some servers: none means none)
+        fields["tools"] = openai_tools(request.tools)
+    return fields
+
+
+@dataclass(frozen=True)
+class CallPiece:
+    """One ``delta.tool_calls`` entry: the call at ``index``; its id and name where this
+    piece carries them (the first one does on every server seen), and more arguments."""
+
+    index: int
+    call_id: str = ""
+    name: str = ""
+    fragment: str = ""
+
+
 @dataclass(frozen=True)
 class Figures:
     """A reply's figures from the server (None: it did not say)."""
@@ -94,6 +123,7 @@ class Chunk:
     progress: tuple[int, int] | None = None  # (done, total) prompt tokens
     figures: Figures | None = None
     error: str | None = None  # an error object in the stream
+    calls: tuple[CallPiece, ...] = ()
 
 
 def _int(value: Any) -> int | None:
@@ -141,11 +171,16 @@ def read_chunk(data: Any) -> Chunk | None:
         return Chunk(error=str(message))
     reasoning = answer = ""
     finish: str | None = None
+    calls: tuple[CallPiece, ...] = ()
     choices = data.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         choice = choices[0]
         delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            # a whole reply's ``message`` (a server that sends the non-streamed shape)
+            delta = choice.get("message")
         if isinstance(delta, dict):
+            calls = _call_pieces(delta.get("tool_calls"))
             for name in ("reasoning_content", "reasoning"):
                 if isinstance(delta.get(name), str):
                     reasoning = delta[name]
@@ -162,9 +197,36 @@ def read_chunk(data: Any) -> Chunk | None:
         done, total = _int(raw.get("processed")), _int(raw.get("total"))
         if done is not None and total is not None:
             progress = (done, total)
-    return Chunk(reasoning, answer, finish, progress, _figures(data))
+    return Chunk(reasoning, answer, finish, progress, _figures(data), calls=calls)
+
+
+def _call_pieces(value: Any) -> tuple[CallPiece, ...]:
+    """``delta.tool_calls`` (or ``message.tool_calls``) as pieces; entries that are no
+    call are skipped, an entry without ``index`` is placed by its position (older Ollama)."""
+    if not isinstance(value, list):
+        return ()
+    pieces = []
+    for position, entry in enumerate(value):
+        if not isinstance(entry, dict):
+            continue
+        index = _int(entry.get("index"))
+        function = entry.get("function")
+        function = function if isinstance(function, dict) else {}
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict):  # (Ollama's own API gives an object)
+            arguments = json.dumps(arguments)
+        call_id, name = entry.get("id"), function.get("name")
+        pieces.append(
+            CallPiece(
+                position if index is None else index,
+                call_id if isinstance(call_id, str) else "",
+                name if isinstance(name, str) else "",
+                arguments if isinstance(arguments, str) else "",
+            )
+        )
+    return tuple(pieces)
 
 
 def finish_reason(value: str | None) -> str:
     """An OpenAI finish reason as the engine's (``Completion.finish_reason``)."""
-    return {"stop": "eog", "length": "length"}.get(value or "", "eog")
+    return {"stop": "eog", "length": "length", "tool_calls": "tool_calls"}.get(value or "", "eog")

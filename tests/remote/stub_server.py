@@ -12,6 +12,13 @@ pieces), ``[malformed]`` (a piece that is no JSON), ``[hang]`` (headers, then no
 client closed the connection is kept in :attr:`StubState.closed_at`), ``[not-sse]`` (a JSON answer where a stream was asked);
 and the reasoning: ``[think]`` (``<think>…</think>`` in the text, for the splitter),
 ``[reasoning]`` (``delta.reasoning_content`` first, as llama-server and vLLM send it).
+Tool calls: ``[tool-call]`` streams :data:`TOOL_PIECES` - two calls whose ``delta.tool_calls``
+are split at odd places (the second call's id before its name, arguments cut inside keys
+and strings, the two calls' pieces interleaved) - and ends with ``finish_reason:
+"tool_calls"``; ``[tool-message]`` sends one call whole in ``message.tool_calls``;
+``[tool-cut]`` drops the connection in the middle of a call's arguments; ``[tool-slow]``
+sends the call pieces 0.2 s apart; ``[no-tools]``
+answers a request that has ``tools`` with a 400, as a server without function calling does.
 Every request is kept in :attr:`StubServer.requests` (path, headers, body).
 """
 
@@ -26,6 +33,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 REPLY = ("Hello", " from", " the", " stub", ".")
+# (server index, id, name, fragment) per delta; joined, call 0 is get_weather
+# {"city": "Paris", "unit": "c"} and call 1 is get_time {"zone": "CET"}
+TOOL_PIECES: tuple[tuple[int, str | None, str | None, str], ...] = (
+    (0, "call_w", "get_weather", ""),
+    (0, None, None, '{"ci'),
+    (0, None, None, 'ty": "Pa'),
+    (5, "call_t", None, ""),  # an id first, the name in a later piece
+    (0, None, None, 'ris", "unit'),
+    (5, None, "get_time", '{"zo'),
+    (0, None, None, '": "c"}'),
+    (5, None, None, 'ne": "CET"}'),
+)
 
 
 @dataclass
@@ -122,6 +141,10 @@ class _Handler(BaseHTTPRequestHandler):
             state.closed_at = time.monotonic()
             self.close_connection = True
             return
+        if "[no-tools]" in last and "tools" in body:
+            message = "tools param requires --jinja flag"
+            self._json(400, {"error": {"code": 400, "message": message}})
+            return
         if "[not-sse]" in last:
             self._json(200, {"choices": [{"message": {"content": "whole"}}]})
             return
@@ -152,6 +175,23 @@ class _Handler(BaseHTTPRequestHandler):
         if "[think]" in last:
             for text in ("<think>", "let me ", "see", "</think>"):
                 self._piece(json.dumps({"choices": [{"index": 0, "delta": {"content": text}}]}))
+        if "[tool-call]" in last or "[tool-cut]" in last or "[tool-slow]" in last:
+            self._tool_calls(cut="[tool-cut]" in last, slow="[tool-slow]" in last)
+            return
+        if "[tool-message]" in last:
+            call = {
+                "id": "call_m",
+                "type": "function",
+                "function": {"name": "get_time", "arguments": '{"zone": "UTC"}'},
+            }
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            self._piece(
+                json.dumps(
+                    {"choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}]}
+                )
+            )
+            self._piece("[DONE]")
+            return
         if "[reasoning]" in last:
             for text in ("let me ", "see"):
                 delta = {"reasoning_content": text}
@@ -183,6 +223,32 @@ class _Handler(BaseHTTPRequestHandler):
         self._piece(json.dumps(final))
         if body.get("stream_options", {}).get("include_usage"):
             self._piece(json.dumps({"choices": [], "usage": usage}))
+        self._piece("[DONE]")
+
+    def _tool_calls(self, *, cut: bool, slow: bool) -> None:
+        try:
+            self._tool_pieces(cut=cut, slow=slow)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client closed the stream (a stop): what the test is after
+
+    def _tool_pieces(self, *, cut: bool, slow: bool) -> None:
+        self._piece(json.dumps({"choices": [{"index": 0, "delta": {"content": "Let me look."}}]}))
+        for n, (index, call_id, name, fragment) in enumerate(TOOL_PIECES):
+            if cut and n == 4:
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            if slow:
+                time.sleep(0.2)
+            function: dict[str, Any] = {"arguments": fragment}
+            if name is not None:
+                function["name"] = name
+            entry: dict[str, Any] = {"index": index, "function": function}
+            if call_id is not None:
+                entry.update(id=call_id, type="function")
+            delta = {"role": "assistant", "content": None, "tool_calls": [entry]}
+            self._piece(json.dumps({"choices": [{"index": 0, "delta": delta}]}))
+        final = {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+        self._piece(json.dumps(final))
         self._piece("[DONE]")
 
 
