@@ -143,6 +143,7 @@ PRIVATE_READ_TIMEOUT_S = 45.0
 # A decode step open this long: the worker hangs (as for ``run --rpc``); the child is
 # replaced before the parent's read (PRIVATE_READ_TIMEOUT_S) gives up.
 HANG_S = STALL_S
+GONE_WAIT_S = 1.0  # after a broken reply: how long the child may take to end (see _gone)
 _SERVING = re.compile(r" at (http://127\.0\.0\.1:\d+)/v1\s*$")
 
 
@@ -379,8 +380,16 @@ class PrivateServer:
         )
 
     def _gone(self) -> bool:
-        """The child the last reply went to has ended, or was just replaced."""
-        return self._hung_at is not None or self.child.poll() is not None
+        """The child the last reply went to has ended, or was just replaced. Read only for a
+        failure's sentence: a child that llama.cpp aborts closes its sockets a moment
+        before it can be waited for, so a short wait tells a dying child from a live one."""
+        if self._hung_at is not None:
+            return True
+        try:
+            self.child.wait(GONE_WAIT_S)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
     def loader(self) -> Any:
         """A :class:`~app.remote.RemoteLoader` for the child (its model: the child's first)."""

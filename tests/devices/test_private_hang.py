@@ -18,6 +18,7 @@ from app.engine import ContextSettings, ModelSettings
 from app.rpc_supervisor import PRIVATE_READ_TIMEOUT_S, PrivateServer
 from tests.devices.conftest import Worker
 from tests.support.arch_models import write_arch_model
+from tests.support.serve_process import ServeProcess
 
 HANG_S = 3.0  # the watchdog's limit here (the default is 30 s)
 
@@ -103,3 +104,44 @@ def test_a_stopped_worker_gets_its_model_process_replaced(
     finally:
         private.close()
     assert not private.alive()
+
+
+def test_a_worker_that_stays_stopped_gets_a_sentence_at_once(
+    model: Path, make_worker: Callable[[], Worker]
+) -> None:
+    worker = make_worker()
+    told: list[str] = []
+    private = _private(model, worker, told)
+    try:
+        first = private.child.pid
+        _stop_mid_reply(private, worker)
+        # The new process probes the stopped worker (with a timeout) and cannot load.
+        assert _wait(lambda: any("could not start" in text for text in told), 60), told
+        assert private.restarts == 1 and private.child.pid != first and not private.alive()
+        assert worker.endpoint in told[-1]
+        assert "gone" in private.connection().label
+        t0 = time.monotonic()
+        with pytest.raises(httpx2.ConnectError):  # refused at once, not after 45 s
+            httpx2.post(f"{private.url}/v1/chat/completions", json=_body(False, 4), timeout=30)
+        assert time.monotonic() - t0 < 5
+    finally:
+        private.close()
+
+
+def test_serve_says_the_worker_is_gone_when_its_model_process_dies(
+    model: Path, tmp_path: Path, make_worker: Callable[[], Worker]
+) -> None:
+    worker = make_worker()
+    args = [str(model), "--no-persist", "--rpc", worker.endpoint, "--gpu-layers", "all"]
+    server = ServeProcess(args, tmp_path / "serve")
+    try:
+        url = f"{server.url}/v1/chat/completions"
+        assert httpx2.post(url, json=_body(False, 4), timeout=90).status_code == 200
+        worker.stop()  # the worker goes away: llama.cpp aborts the model process
+        failed = httpx2.post(url, json=_body(False, 4), timeout=90)
+        message = failed.json()["error"]["message"]
+        assert failed.status_code >= 500
+        assert worker.endpoint in message and "gone" in message, message
+    finally:
+        code, err = server.stop()
+    assert code == 0, err
