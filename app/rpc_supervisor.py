@@ -167,8 +167,8 @@ def private_settings() -> tuple[dict[str, Any], dict[str, Any]] | None:
     return dict(data["context"]), dict(data["model"])
 
 
-def _never_gone() -> bool:
-    return False
+def _never_gone() -> str | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -178,13 +178,13 @@ class PrivateConnection(RemoteConnection):
     user), and say so when the process is gone (read when the sentence is made)."""
 
     worker: str = ""
-    gone: Callable[[], bool] = field(default=_never_gone, compare=False)
+    gone: Callable[[], str | None] = field(default=_never_gone, compare=False)  # why, if so
 
     @property
     def label(self) -> str:
         where = f"the model process for the remote worker {self.worker}"
-        if self.gone():
-            return f"{where} (gone: the worker went away or stopped answering)"
+        why = self.gone()
+        return f"{where} ({why})" if why else where
         return where
 
 
@@ -379,17 +379,18 @@ class PrivateServer:
             gone=self._gone,
         )
 
-    def _gone(self) -> bool:
-        """The child the last reply went to has ended, or was just replaced. Read only for a
-        failure's sentence: a child that llama.cpp aborts closes its sockets a moment
-        before it can be waited for, so a short wait tells a dying child from a live one."""
+    def _gone(self) -> str | None:
+        """Why the child the last reply went to is gone (ended, or hung and being
+        replaced), or None. Read only for a failure's sentence: a child that llama.cpp
+        aborts closes its sockets a moment before it can be waited for, so a short wait
+        tells a dying child from a live one."""
         if self._hung_at is not None:
-            return True
+            return "gone: the worker stopped answering; a new model process is starting"
         try:
             self.child.wait(GONE_WAIT_S)
         except subprocess.TimeoutExpired:
-            return False
-        return True
+            return None
+        return "gone: the worker went away or stopped answering"
 
     def loader(self) -> Any:
         """A :class:`~app.remote.RemoteLoader` for the child (its model: the child's first)."""
