@@ -35,9 +35,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from app.engine.rpc_heartbeat import DECODE_FD_ENV, END
 from app.errors import LlamaDeskError
+from app.remote.connection import RemoteConnection
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +140,10 @@ START_TIMEOUT_S = 600.0  # the child loads the model before it serves
 # A reply whose stream sends nothing for this long: the worker hung or was stopped (the
 # child is stuck in llama_decode for ever), so the parent gives the reply up and ends it.
 PRIVATE_READ_TIMEOUT_S = 45.0
+# A decode step open this long: the worker hangs (as for ``run --rpc``); the child is
+# replaced before the parent's read (PRIVATE_READ_TIMEOUT_S) gives up.
+HANG_S = STALL_S
+GONE_WAIT_S = 1.0  # after a broken reply: how long the child may take to end (see _gone)
 _SERVING = re.compile(r" at (http://127\.0\.0\.1:\d+)/v1\s*$")
 
 
@@ -160,11 +167,39 @@ def private_settings() -> tuple[dict[str, Any], dict[str, Any]] | None:
     return dict(data["context"]), dict(data["model"])
 
 
+def _never_gone() -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class PrivateConnection(RemoteConnection):
+    """The parent's connection to its private model process: the remote engine's sentences
+    name the remote worker, not the child's loopback port (which means nothing to the
+    user), and say so when the process is gone (read when the sentence is made)."""
+
+    worker: str = ""
+    gone: Callable[[], str | None] = field(default=_never_gone, compare=False)  # why, if so
+
+    @property
+    def label(self) -> str:
+        where = f"the model process for the remote worker {self.worker}"
+        why = self.gone()
+        return f"{where} ({why})" if why else where
+        return where
+
+
 class PrivateServer:
     """A ``llamadesk serve`` child on 127.0.0.1 (any free port, a random API key, no
     database: the parent's session stays the only writer) that holds a model using remote
     devices. llama.cpp's aborts end the child, not the parent, which reaches the model as a
-    remote engine (:meth:`loader`) and tells the user in a sentence when the child is gone."""
+    remote engine (:meth:`loader`) and tells the user in a sentence when the child is gone.
+
+    A watchdog reads the child's decode heartbeat (:mod:`app.engine.rpc_heartbeat`): a
+    decode step open for ``hang_s`` seconds means the worker was stopped or hangs, and the
+    child would stay stuck in ``llama_decode`` for ever (every later request waiting for
+    its read timeout). The child is then killed and a new one started on the same port
+    with the same key, so the parent's remote engine reaches it unchanged: the next request
+    is answered (the worker is back) or refused at once (the new child could not load)."""
 
     def __init__(
         self,
@@ -173,65 +208,155 @@ class PrivateServer:
         model: dict[str, Any],
         parallel: int,
         on_gone: Callable[[str], None] | None = None,
+        hang_s: float = HANG_S,
     ) -> None:
-        """``on_gone``: told the sentence when the child ends by itself (default: stderr)."""
+        """``on_gone``: told the sentence when the child ends by itself or is replaced
+        (default: stderr)."""
         self._closing = False
         self._on_gone = on_gone or (lambda text: print(f"llamadesk: {text}", file=sys.stderr))
         self.endpoints = str(model.get("rpc_servers", ""))
         self.key = secrets.token_urlsafe(24)
-        env = dict(os.environ)
-        env[PRIVATE_ENV] = json.dumps({"context": context, "model": model})
-        env[PRIVATE_KEY_ENV] = self.key
-        env.pop(CHILD_ENV, None)
-        argv = ["serve", model_path, "--host", "127.0.0.1", "--port", "0", "--no-persist"]
-        argv += ["--parallel", str(max(1, parallel)), "--resident", "1"]
-        self.child = subprocess.Popen(
-            [*self_command(), *argv],
-            env=env,
-            stdin=subprocess.PIPE,  # never written: its end-of-file says the parent is gone
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        self.hang_s = hang_s
+        self.restarts = 0
+        self._hung_at: float | None = None  # when a hung child was killed, until replaced
+        self._env = dict(os.environ)
+        self._env[PRIVATE_ENV] = json.dumps({"context": context, "model": model})
+        self._env[PRIVATE_KEY_ENV] = self.key
+        self._env.pop(CHILD_ENV, None)
+        self._argv = ["serve", model_path, "--host", "127.0.0.1", "--no-persist"]
+        self._argv += ["--parallel", str(max(1, parallel)), "--resident", "1"]
         self._errors: list[str] = []
-        self._url: queue.SimpleQueue[str | None] = queue.SimpleQueue()
-        threading.Thread(target=self._read_stdout, daemon=True, name="rpc-private-out").start()
-        threading.Thread(target=self._read_stderr, daemon=True, name="rpc-private-err").start()
-        self.url = self._wait_url()
-        threading.Thread(target=self._watch, daemon=True, name="rpc-private-watch").start()
+        self.child, url = self._start(0)
+        if url is None:
+            self.close()
+            raise LlamaDeskError(self._load_failed())
+        self.url = url
+        self.port = int(url.rpartition(":")[2])
 
-    def _watch(self) -> None:
-        self.child.wait()
-        if not self._closing:
+    def _start(self, port: int) -> tuple[subprocess.Popen[str], str | None]:
+        """A new child on ``port`` (0: any free one), its watchers, and its URL (None when
+        it did not come up)."""
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)  # a slow parent must never stall a decode step
+        env = dict(self._env)
+        env[DECODE_FD_ENV] = str(write_fd)
+        try:
+            child = subprocess.Popen(
+                [*self_command(), *self._argv, "--port", str(port)],
+                env=env,
+                stdin=subprocess.PIPE,  # never written: its end-of-file says the parent is gone
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                pass_fds=(write_fd,),
+            )
+        finally:
+            os.close(write_fd)
+        urls: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        threading.Thread(
+            target=self._read_stdout, args=(child, urls), daemon=True, name="rpc-private-out"
+        ).start()
+        threading.Thread(
+            target=self._read_stderr, args=(child,), daemon=True, name="rpc-private-err"
+        ).start()
+        try:
+            url = urls.get(timeout=START_TIMEOUT_S)
+        except queue.Empty:
+            url = None
+        if url is None:
+            os.close(read_fd)
+            try:
+                child.wait(10)  # its last words reach _errors before they are read
+            except subprocess.TimeoutExpired:
+                pass
+            return child, None
+        threading.Thread(
+            target=self._watch, args=(child, read_fd), daemon=True, name="rpc-private-watch"
+        ).start()
+        return child, url
+
+    def _watch(self, child: subprocess.Popen[str], read_fd: int) -> None:
+        """Until ``child`` ends: end it when a decode step stays open ``hang_s`` seconds;
+        then say why it ended, and replace it where it hung."""
+        open_since: float | None = None
+        hung = False
+        try:
+            while child.poll() is None:
+                ready, _, _ = select.select([read_fd], [], [], 0.5)
+                if ready:
+                    marks = os.read(read_fd, 4096)
+                    if not marks:
+                        break  # the child closed the pipe: it is exiting
+                    if marks.endswith(END):
+                        open_since = None
+                    elif open_since is None or END in marks:
+                        open_since = time.monotonic()
+                if open_since is not None and time.monotonic() - open_since > self.hang_s:
+                    hung = True
+                    self._hung_at = time.monotonic()
+                    log.warning("model process %d: a decode step hangs, killing it", child.pid)
+                    child.kill()
+                    break
+            child.wait()
+        finally:
+            os.close(read_fd)
+        if self._closing:
+            return
+        if not hung:
             self._on_gone(self.gone_sentence())
+            return
+        self._replace(child)
 
-    def _read_stdout(self) -> None:
-        assert self.child.stdout is not None
-        for line in self.child.stdout:
+    def _replace(self, old: subprocess.Popen[str]) -> None:
+        if self._closing or old is not self.child:
+            return
+        self.restarts += 1
+        self._errors.clear()
+        # No lock held while it starts (a load takes a while): close() ends the old child
+        # meanwhile, and the new one here.
+        child, url = self._start(self.port)
+        self.child = child
+        self._hung_at = None
+        if self._closing:
+            self._end(child)
+            return
+        if url is None:
+            self._end(child)
+            self._on_gone(
+                f"The remote worker {self.endpoints} stopped answering mid-reply (no decode "
+                f"step ended for {self.hang_s:g} s), so its model process was ended; a new "
+                f"one could not start: {self._reason()} Load the model again when the worker "
+                "is back."
+            )
+            return
+        self._on_gone(
+            f"The remote worker {self.endpoints} stopped answering mid-reply (no decode step "
+            f"ended for {self.hang_s:g} s), so its model process was ended and started again: "
+            "the next message is answered when the worker answers."
+        )
+
+    def _read_stdout(
+        self, child: subprocess.Popen[str], urls: queue.SimpleQueue[str | None]
+    ) -> None:
+        assert child.stdout is not None
+        for line in child.stdout:
             match = _SERVING.search(line)
             if match:
-                self._url.put(match.group(1))
-        self._url.put(None)
+                urls.put(match.group(1))
+        urls.put(None)
 
-    def _read_stderr(self) -> None:
-        assert self.child.stderr is not None
-        for line in self.child.stderr:
+    def _read_stderr(self, child: subprocess.Popen[str]) -> None:
+        assert child.stderr is not None
+        for line in child.stderr:
             if line.startswith("llamadesk:"):
                 self._errors.append(line.removeprefix("llamadesk:").strip())
             log.debug("model process: %s", line.rstrip())
 
-    def _wait_url(self) -> str:
-        try:
-            url = self._url.get(timeout=START_TIMEOUT_S)
-        except queue.Empty:
-            url = None
-        if url is None:
-            self.close()
-            reason = self._errors[-1] if self._errors else "it printed no reason"
-            raise LlamaDeskError(
-                f"The model could not be loaded on the remote devices {self.endpoints}: {reason}"
-            )
-        return url
+    def _reason(self) -> str:
+        return self._errors[-1] if self._errors else "it printed no reason."
+
+    def _load_failed(self) -> str:
+        return f"The model could not be loaded on the remote devices {self.endpoints}: {self._reason()}"
 
     def alive(self) -> bool:
         return self.child.poll() is None
@@ -245,24 +370,48 @@ class PrivateServer:
             "worker is back."
         )
 
+    def connection(self) -> PrivateConnection:
+        return PrivateConnection(
+            self.url,
+            self.key,
+            read_timeout_s=PRIVATE_READ_TIMEOUT_S,
+            worker=self.endpoints,
+            gone=self._gone,
+        )
+
+    def _gone(self) -> str | None:
+        """Why the child the last reply went to is gone (ended, or hung and being
+        replaced), or None. Read only for a failure's sentence: a child that llama.cpp
+        aborts closes its sockets a moment before it can be waited for, so a short wait
+        tells a dying child from a live one."""
+        if self._hung_at is not None:
+            return "gone: the worker stopped answering; a new model process is starting"
+        try:
+            self.child.wait(GONE_WAIT_S)
+        except subprocess.TimeoutExpired:
+            return None
+        return "gone: the worker went away or stopped answering"
+
     def loader(self) -> Any:
         """A :class:`~app.remote.RemoteLoader` for the child (its model: the child's first)."""
         from app.remote import RemoteLoader
-        from app.remote.connection import RemoteConnection
 
-        conn = RemoteConnection(self.url, self.key, read_timeout_s=PRIVATE_READ_TIMEOUT_S)
-        return RemoteLoader(conn)
+        return RemoteLoader(self.connection(), name=f"remote worker {self.endpoints}")
 
     def close(self) -> None:
         self._closing = True
-        if self.child.poll() is None:
-            self.child.terminate()
+        self._end(self.child)
+
+    @staticmethod
+    def _end(child: subprocess.Popen[str]) -> None:
+        if child.poll() is None:
+            child.terminate()
             try:
-                self.child.wait(15)
+                child.wait(15)
             except subprocess.TimeoutExpired:
                 # A child stuck in llama_decode on a stopped worker ignores SIGTERM's handler.
-                self.child.kill()
-                self.child.wait()
+                child.kill()
+                child.wait()
 
 
 def _exit_name(code: int) -> str:

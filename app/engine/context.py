@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import llama_cpp
 import numpy as np
 
-from app.engine import llama_log
+from app.engine import llama_log, rpc_heartbeat
 from app.engine.cache import CacheTraits
 from app.engine.errors import ContextError, EngineError, StateError
 from app.engine.model import Model
@@ -258,7 +258,16 @@ class Context:
         if batch.n == 0:
             return DecodeResult(0)
         batch.handle.n_tokens = batch.n
-        code = int(llama_cpp.llama_decode(self.handle, batch.handle))
+        if not rpc_heartbeat.WATCHED:
+            return DecodeResult(int(llama_cpp.llama_decode(self.handle, batch.handle)))
+        # A watched model process on remote workers (issue 22): the wait for the workers'
+        # results (where a stopped worker hangs) falls inside the step the parent watches.
+        rpc_heartbeat.decode_begins()
+        try:
+            code = int(llama_cpp.llama_decode(self.handle, batch.handle))
+            llama_cpp.llama_synchronize(self.handle)
+        finally:
+            rpc_heartbeat.decode_ends()
         return DecodeResult(code)
 
     def encode(self) -> int:
