@@ -96,6 +96,12 @@ class TabFigures:
         """What happened when the tab opened is old news once it has answered."""
         return replace(self, restored=None, parked=None, restore_error=None)
 
+    def restore_unused(self, n_to_process: int) -> bool:
+        """Whether a turn that re-reads ``n_to_process`` tokens did without the restored
+        cache: it re-reads at least half of what the cache held (old messages dropped,
+        another system prompt...), so "restored from disk" no longer says what happened."""
+        return bool(self.restored) and n_to_process * 2 >= self.n_tokens
+
 
 def cache_note(info: TabFigures) -> CacheNote:
     """The note of ``info`` (the first that applies, in this order)."""

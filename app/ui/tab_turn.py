@@ -153,7 +153,9 @@ class TabTurn:
 
     def on_started(self, n_to_process: int) -> None:
         tab = self.tab
-        if tab.turns_since_open >= 1:  # what happened at restore is old news now
+        # what happened at restore is old news after one turn, or at once when this turn
+        # re-reads most of what the restored cache held
+        if tab.turns_since_open >= 1 or tab.info.restore_unused(n_to_process):
             tab.info = tab.info.turn_started()
         tab.state = TabState.PROMPT
         tab.prompt_progress = (0, n_to_process)

@@ -526,3 +526,24 @@ def test_a_window_notice_does_not_move_the_tab_bar(qtbot: Any, make_window: Any)
     qtbot.wait(50)
     assert bar.mapTo(window, QPoint(0, 0)).y() == top
     assert window.message_bar.mapTo(window, QPoint(0, 0)).y() > top
+
+
+@pytest.mark.parametrize(("n_to_process", "still_restored"), [(9, True), (1466, False)])
+def test_restored_from_disk_only_while_the_restored_cache_is_used(
+    qtbot: Any, make_window: Any, n_to_process: int, still_restored: bool
+) -> None:
+    from app.session import RestoreOutcome, TurnId
+    from app.session import events as ev
+    from app.ui.tab_status import CacheNote, cache_note
+
+    window, _ = make_window()
+    tab = window.new_tab()
+    assert tab is not None
+    tab.on_event(ev.CacheRestored(tab.cid, RestoreOutcome.RESTORED))
+    held = ev.SequenceStatus(tab.cid, 1475, 2048, True, False, False)
+    tab.on_event(held)
+    assert tab.state_label.text() == "idle · cache restored from disk"
+    # a turn that re-reads 1,466 of the 1,475 tokens did not use the restored cache
+    tab.on_event(ev.TurnStarted(tab.cid, TurnId(1), n_to_process))
+    expected = CacheNote.RESTORED if still_restored else CacheNote.NONE
+    assert cache_note(tab.info) is expected
