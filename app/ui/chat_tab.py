@@ -121,6 +121,7 @@ class ChatTab(QWidget):
         # seen when the tab is, and nothing above the tab bar moves).
         self.notice = MessageBar(self)
         self.notice.setObjectName("tab-notice")
+        self._notice_model_bound = False  # the notice speaks of the loaded model (notify)
         layout.addWidget(self.notice)
 
         # status line: context meter, state, what happens when full, settings toggle
@@ -287,9 +288,20 @@ class ChatTab(QWidget):
         text: str,
         error: bool = True,
         action: tuple[str, Callable[[], None]] | None = None,
+        model_bound: bool = False,
     ) -> None:
-        """A notice in this tab (errors stay until dismissed, the rest for a while)."""
+        """A notice in this tab (errors stay until dismissed, the rest for a while).
+        ``model_bound``: it speaks of the loaded model (or of none), so it goes when
+        another model loads or the model is unloaded (:meth:`model_changed`)."""
+        self._notice_model_bound = model_bound
         self.notice.show_message(text, error, action, timeout_ms=0 if error else 8000)
+
+    def model_changed(self) -> None:
+        """Another model (or none) answers now: a notice about the old one no longer
+        applies (a refusal that named its context size, "load a model first")."""
+        if self._notice_model_bound:
+            self._notice_model_bound = False
+            self.notice.dismiss()
 
     # ------------------------------------------------------------------ user actions
 
@@ -304,7 +316,8 @@ class ChatTab(QWidget):
         if not self.host.model_ready():
             self.notify(
                 "Load a model first: choose one with “Load a model” above, or in Models ▸ "
-                "Model manager."
+                "Model manager.",
+                model_bound=True,
             )
             return
         parent = self.leaf_id()

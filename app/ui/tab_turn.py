@@ -194,6 +194,7 @@ class TabTurn:
             f"The context was full: the oldest {n_discarded} tokens of this conversation were "
             "dropped (the system prompt is kept).",
             False,
+            model_bound=True,
         )
 
     def on_finished(self, result: TurnResult) -> None:
@@ -210,7 +211,8 @@ class TabTurn:
                 return
             # refused before anything was recorded: say why, and nothing else changes
             self._answer = None
-            tab.notify(tab.reply.error or result.error or "The reply failed.")
+            # a refusal speaks of this model (its context size...): it goes with the model
+            tab.notify(tab.reply.error or result.error or "The reply failed.", model_bound=True)
             self._settle()
             tab.view.set_actions_enabled(True)
             tab.update_status()
@@ -258,7 +260,7 @@ class TabTurn:
         retry = (
             ("Try again", lambda: self._retry(parent)) if parent is not None and failed else None
         )
-        self.tab.notify(message, failed or not self.tab.reply.parts, retry)
+        self.tab.notify(message, failed or not self.tab.reply.parts, retry, model_bound=True)
 
     def _retry(self, parent_id: int | None) -> None:
         if parent_id is not None and not self.tab.generating and self.tab.host.model_ready():

@@ -547,3 +547,24 @@ def test_restored_from_disk_only_while_the_restored_cache_is_used(
     tab.on_event(ev.TurnStarted(tab.cid, TurnId(1), n_to_process))
     expected = CacheNote.RESTORED if still_restored else CacheNote.NONE
     assert cache_note(tab.info) is expected
+
+
+def test_a_notice_about_the_model_goes_when_another_model_loads(
+    qtbot: Any, make_window: Any, slow_model: Path
+) -> None:
+    window, _ = make_window(context={"n_ctx": 512})
+    tab, other = window.new_tab(), window.new_tab()
+    assert tab is not None and other is not None
+    send(qtbot, tab, " ".join(f"word{i}" for i in range(600)))
+    result = wait_idle(qtbot, tab)
+    # a tab's notice is shown while the tab is (only the current one is on screen)
+    assert result.error is not None and tab.notice.label.text() == result.error
+    assert not tab.notice.isHidden()
+    other.notify("The chat could not be saved: the disk is full.")  # not about the model
+    window.load_model(str(slow_model))
+    qtbot.waitUntil(
+        lambda: window.model_ready() and window.model_path() == str(slow_model), timeout=20000
+    )
+    assert tab.notice.isHidden()  # it spoke of the 512-token context of the model before
+    assert not other.notice.isHidden()
+    assert other.notice.label.text() == "The chat could not be saved: the disk is full."
