@@ -29,6 +29,7 @@ from app.errors import LlamaDeskError
 from app.storage import Database
 from app.storage.export import ExportFormat, file_stem, import_files, write_bundle, write_each
 from app.ui.background import BackgroundJobs
+from app.ui.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +42,6 @@ class TransferOutcome:
     error: bool = False
     imported: tuple[int, ...] = ()  # new conversation ids
     written: tuple[Path, ...] = ()  # files an export wrote
-
-
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _export_job(
@@ -64,12 +61,12 @@ def _export_job(
         if each:
             written = write_each(db, ids, fmt, target)
             return TransferOutcome(
-                f"Exported {_plural(len(written), 'conversation')} as {fmt.label} files "
+                f"Exported {plural(len(written), 'conversation')} as {fmt.label} files "
                 f"to {target}.",
                 written=tuple(written),
             )
         path = write_bundle(db, ids, fmt, target)
-        what = f"“{title}”" if title is not None else _plural(len(ids), "conversation")
+        what = f"“{title}”" if title is not None else plural(len(ids), "conversation")
         return TransferOutcome(f"Exported {what} as {fmt.label} to {path}.", written=(path,))
     except LlamaDeskError as exc:
         return TransferOutcome(str(exc), True)
@@ -88,11 +85,11 @@ def _import_job(db_path: Path, files: tuple[Path, ...]) -> TransferOutcome:
         return TransferOutcome(str(exc), True)
     finally:
         db.close()
-    source = files[0].name if len(files) == 1 else _plural(len(files), "file")
+    source = files[0].name if len(files) == 1 else plural(len(files), "file")
     if not ids:
         return TransferOutcome(f"{source} holds no conversations; nothing was imported.")
     return TransferOutcome(
-        f"Imported {_plural(len(ids), 'conversation')} from {source}.", imported=tuple(ids)
+        f"Imported {plural(len(ids), 'conversation')} from {source}.", imported=tuple(ids)
     )
 
 

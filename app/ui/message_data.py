@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.ui.wording import plural
+
 ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 # How a reply ended (``MessageData.finish``, a FinishReason value), for the figures line;
 # "aborted" and "error" are said by the status already.
@@ -57,15 +59,15 @@ def _duration(ms: float) -> str:
 def figures_text(data: MessageData, streaming: bool = False) -> str:
     parts: list[str] = []
     if data.token_count:
-        parts.append(f"{data.token_count} tokens")
+        parts.append(plural(data.token_count, "token"))
     if data.tokens_per_second:
         parts.append(f"{data.tokens_per_second:.1f} tok/s")
     if data.ttft_ms is not None and not streaming:
         parts.append(f"first token {_duration(data.ttft_ms)}")
     if data.prompt_tokens:
-        prompt = f"prompt {data.prompt_tokens} tokens"
+        prompt = f"prompt {plural(data.prompt_tokens, 'token')}"
         if data.cached_tokens is not None:
-            prompt += f" ({data.cached_tokens} cached)"
+            prompt += f" ({data.cached_tokens:,} cached)"
         parts.append(prompt)
     if data.status == "stopped":
         parts.append("stopped")

@@ -23,6 +23,7 @@ from app.session import RecordedTurn, ReplyMeta, TurnResult, reasoning_options
 from app.session import events as ev
 from app.ui.chat_messages import message_data
 from app.ui.tab_status import TabState
+from app.ui.wording import plural
 
 if TYPE_CHECKING:
     from app.storage import Message
@@ -191,7 +192,8 @@ class TabTurn:
 
     def on_shifted(self, n_discarded: int) -> None:
         self.tab.notify(
-            f"The context was full: the oldest {n_discarded} tokens of this conversation were "
+            f"The context was full: the oldest {plural(n_discarded, 'token')} of this "
+            "conversation were "
             "dropped (the system prompt is kept).",
             False,
             model_bound=True,

@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QProgressBar, QToolButton
 
 from app.session import events as ev
 from app.settings_schema import format_bytes
+from app.ui.wording import plural
 
 if TYPE_CHECKING:
     from app.ui.window_protocols import StatusWindow
@@ -86,7 +87,7 @@ class WindowStatus:
         n_ctx = model.n_ctx or model.settings.n_ctx
         full = (
             f"{info.display_name} · {info.params_label} · {info.file_type} · "
-            f"context {n_ctx:,} × {model.settings.n_seq_max} tabs resident"
+            f"context {n_ctx:,} × {plural(model.settings.n_seq_max, 'tab')} resident"
         )
         self.model_label.setText(info.display_name if self.narrow else full)
         self.model_label.setToolTip(full)

@@ -568,3 +568,21 @@ def test_a_notice_about_the_model_goes_when_another_model_loads(
     assert tab.notice.isHidden()  # it spoke of the 512-token context of the model before
     assert not other.notice.isHidden()
     assert other.notice.label.text() == "The chat could not be saved: the disk is full."
+
+
+def test_counts_read_right_at_one_and_in_thousands(qtbot: Any, make_window: Any) -> None:
+    from app.session import events as ev
+    from app.ui.message_data import MessageData, figures_text
+
+    one = MessageData(1, "assistant", "hi", token_count=1, prompt_tokens=1, cached_tokens=0)
+    assert figures_text(one) == "1 token · prompt 1 token (0 cached)"
+    many = MessageData(
+        2, "assistant", "…", token_count=1234, prompt_tokens=5077, cached_tokens=4096
+    )
+    assert figures_text(many) == "1,234 tokens · prompt 5,077 tokens (4,096 cached)"
+    window, _ = make_window(context={"n_seq_max": 1})
+    assert "context 2,048 × 1 tab resident" in window.model_label.text()
+    tab = window.new_tab()
+    assert tab is not None
+    tab.on_event(ev.ContextShifted(tab.cid, 1024))
+    assert "the oldest 1,024 tokens of this conversation" in tab.notice.text()
