@@ -37,6 +37,12 @@ class MessageData:
     reasoning_ms: float | None = None  # how long it thought (None: unknown / still thinking)
     finish: str | None = None  # how the reply ended: a FinishReason value (None: unknown)
     ttft_ms: float | None = None  # time to the first token: prompt processing + first step
+    imported_from: str | None = None  # the file the chat was imported from (its first message)
+
+
+# A message's meta key: the name of the file its chat was imported from (set on import by
+# app.ui.export_import; the chat's first message says it).
+IMPORTED_FROM = "imported_from"
 
 
 def thought_title(reasoning_ms: float | None) -> str:
@@ -69,6 +75,8 @@ def figures_text(data: MessageData, streaming: bool = False) -> str:
         if data.cached_tokens is not None:
             prompt += f" ({data.cached_tokens:,} cached)"
         parts.append(prompt)
+    if data.imported_from:
+        parts.append(f"imported from {data.imported_from}")
     if data.status == "stopped":
         parts.append("stopped")
     elif data.status == "partial" and not streaming:

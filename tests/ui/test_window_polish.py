@@ -586,3 +586,30 @@ def test_counts_read_right_at_one_and_in_thousands(qtbot: Any, make_window: Any)
     assert tab is not None
     tab.on_event(ev.ContextShifted(tab.cid, 1024))
     assert "the oldest 1,024 tokens of this conversation" in tab.notice.text()
+
+
+def test_an_imported_chat_says_it_was_imported(
+    qtbot: Any, make_window: Any, tmp_path: Path
+) -> None:
+    from app.storage.export import ExportFormat
+
+    window, _ = make_window()
+    db = window.db
+    kept = db.create_conversation("Llamas")
+    db.append_message(kept.id, "user", "What is a llama?")
+    db.append_message(kept.id, "assistant", "A camelid.")
+    path = tmp_path / "llamas.json"
+    transfers = window.sidebar.transfers
+    transfers.native_dialogs = False
+    with qtbot.waitSignal(transfers.finished, timeout=10000):
+        transfers.export_file([kept.id], ExportFormat.JSON, path)
+    with qtbot.waitSignal(transfers.finished, timeout=10000) as blocker:
+        transfers.import_paths([path])
+    (imported,) = blocker.args[0].imported
+    for cid, said in ((imported, True), (kept.id, False)):
+        window.open_conversation(cid)
+        tab = window.tab_for(cid)
+        assert tab is not None
+        first, reply = tab.view.messages()
+        assert ("imported from llamas.json" in first.figures.text()) is said
+        assert "imported" not in reply.figures.text()  # said once, by the first message
