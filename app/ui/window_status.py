@@ -27,6 +27,9 @@ class WindowStatus:
         self.window = window
         self.narrow = False
         self._sidebar_auto_hidden = False
+        # the session's last memory figures: the restores of a load are counted before the
+        # window hears that the model is loaded, and are shown then (update_model_labels)
+        self._stats: ev.MemoryStats | None = None
 
     def build(self) -> None:
         win = self.win
@@ -59,6 +62,7 @@ class WindowStatus:
         self.cancel_load_button.setVisible(visible)
 
     def on_stats(self, stats: ev.MemoryStats) -> None:
+        self._stats = stats
         win = self.win
         win.total_tok_s = stats.tok_s
         busy = stats.busy
@@ -92,6 +96,8 @@ class WindowStatus:
         self.model_label.setText(info.display_name if self.narrow else full)
         self.model_label.setToolTip(full)
         self.memory_text(model.model_bytes, model.kv_bytes, None)
+        if self._stats is not None and self._stats.loaded:
+            self.on_stats(self._stats)  # the tokens held, as the session last said
 
     def memory_text(self, model_bytes: int, kv_bytes: int, cells: str | None) -> None:
         """The status bar's memory figures (short in a narrow window, all in the tooltip)."""

@@ -613,3 +613,38 @@ def test_an_imported_chat_says_it_was_imported(
         first, reply = tab.view.messages()
         assert ("imported from llamas.json" in first.figures.text()) is said
         assert "imported" not in reply.figures.text()  # said once, by the first message
+
+
+def test_after_a_restart_tokens_held_agrees_with_the_restored_tabs(
+    qtbot: Any, make_window: Any
+) -> None:
+    from tests.ui.conftest import close_window
+
+    window, _ = make_window()
+    tabs = [window.new_tab(), window.new_tab()]
+    for n, tab in enumerate(tabs):
+        assert tab is not None
+        send(qtbot, tab, f"tab {n} remembers {' and '.join(['llamas'] * (20 * (n + 1)))}")
+        wait_idle(qtbot, tab)
+    close_window(qtbot, window)
+    window2, _ = make_window(write=False)
+    reopened = [window2.tab_for(tab.cid) for tab in tabs]
+    assert all(t is not None for t in reopened)
+
+    def restored_tokens() -> int:
+        return sum(t.info.n_tokens for t in reopened if t.info.restored and t.info.resident)
+
+    qtbot.waitUntil(lambda: all(t.info.restored for t in reopened), timeout=10000)
+    held = restored_tokens()
+    assert held > 0
+    # A tab counts its reply's last token, which the cache reads at the next turn: the
+    # status bar's figure (what the cache holds) is at most one token a tab below.
+    expected = {f"{n:,} / 2,048 tokens held" for n in range(held - len(reopened), held + 1)}
+
+    def agrees() -> bool:
+        return any(text in window2.memory_label.toolTip() for text in expected)
+
+    try:  # (the tooltip has all the figures: a narrow window shows fewer)
+        qtbot.waitUntil(agrees, timeout=3000)
+    except Exception:
+        raise AssertionError(f"{held:,} vs {window2.memory_label.toolTip()!r}") from None
