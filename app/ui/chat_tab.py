@@ -62,6 +62,7 @@ from app.ui.tab_status import (
 from app.ui.tab_stop_strings import StopStrings
 from app.ui.tab_token_hint import TOKEN_COUNT_DELAY_MS, TOKEN_HINT_MIN_CHARS, TokenHint
 from app.ui.tab_turn import TabTurn
+from app.ui.token_estimate import chat_token_estimate
 from app.ui.tool_picker import attach as attach_tools
 from app.ui.tool_turns import TabToolTurns
 
@@ -525,7 +526,7 @@ class ChatTab(QWidget):
         return sent[n_dropped].id if n_dropped < len(sent) else None
 
     def update_status(self) -> None:
-        figures = MeterFigures.of(self.info)
+        figures = MeterFigures.of(self.info, chat_token_estimate(self.branch))
         if figures.n_ctx:
             self.meter.set_figures(figures.n, figures.reserved, figures.n_ctx)
             self.meter_label.setText(figures.text(self._compact))

@@ -175,14 +175,22 @@ class MeterFigures:
     reserved: int  # the room kept for the reply
     n_ctx: int
     dropped: int  # the oldest messages that no longer fit
+    # about how many tokens the chat has when none of it is in the cache yet (an imported
+    # chat, a chat after a model switch): it is read at the next send (0: none to say)
+    uncached: int = 0
 
     @classmethod
-    def of(cls, info: TabFigures) -> MeterFigures:
-        return cls(info.n_tokens, info.n_reserved, info.n_ctx, info.n_dropped)
+    def of(cls, info: TabFigures, estimate: int = 0) -> MeterFigures:
+        """``estimate``: the chat's tokens, about (said only while the cache holds none)."""
+        uncached = estimate if info.n_tokens == 0 and info.n_ctx else 0
+        return cls(info.n_tokens, info.n_reserved, info.n_ctx, info.n_dropped, uncached)
 
     def text(self, compact: bool) -> str:
         """The meter label (``compact``: a narrow window)."""
         n, reserved, n_ctx = self.n, self.reserved, self.n_ctx
+        if self.uncached:
+            about = f"~{self.uncached:,}/{n_ctx:,}"
+            return about if compact else f"~{self.uncached:,} / {n_ctx:,} tokens · not cached yet"
         if compact:
             # What the model sees: the held tokens and the room kept for the reply.
             used = min(n_ctx, n + reserved)
@@ -193,6 +201,12 @@ class MeterFigures:
 
     def tip(self) -> str:
         """The meter's and its label's tooltip."""
+        if self.uncached:
+            return (
+                f"This conversation has about {tokens_text(self.uncached)} (an estimate), none "
+                f"of them in the context of {self.n_ctx:,} yet: they are read when you next "
+                "send."
+            )
         tip = f"{self.n:,} tokens of this conversation are in the context of {self.n_ctx:,}"
         if self.reserved:
             tip += f", and {self.reserved:,} are kept free for the reply"

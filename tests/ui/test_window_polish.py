@@ -648,3 +648,35 @@ def test_after_a_restart_tokens_held_agrees_with_the_restored_tabs(
         qtbot.waitUntil(agrees, timeout=3000)
     except Exception:
         raise AssertionError(f"{held:,} vs {window2.memory_label.toolTip()!r}") from None
+
+
+def test_the_meter_counts_a_chat_that_is_not_cached_yet(
+    qtbot: Any, make_window: Any, tmp_path: Path
+) -> None:
+    from app.storage.export import ExportFormat
+
+    window, _ = make_window()
+    db = window.db
+    kept = db.create_conversation("Llamas")
+    db.append_message(kept.id, "user", "What is a llama? " * 20)
+    db.append_message(kept.id, "assistant", "A camelid of the Andes. " * 10)
+    path = tmp_path / "llamas.json"
+    transfers = window.sidebar.transfers
+    transfers.native_dialogs = False
+    with qtbot.waitSignal(transfers.finished, timeout=10000):
+        transfers.export_file([kept.id], ExportFormat.JSON, path)
+    with qtbot.waitSignal(transfers.finished, timeout=10000) as blocker:
+        transfers.import_paths([path])
+    (imported,) = blocker.args[0].imported
+    window.open_conversation(imported)
+    tab = window.tab_for(imported)
+    assert tab is not None
+    qtbot.waitUntil(lambda: tab.info.n_ctx > 0, timeout=10000)
+    text = tab.meter_label.text()
+    assert text.startswith("~") and "not cached yet" in text, text
+    about = int(text[1:].split()[0].split("/")[0].replace(",", ""))
+    assert about > 100  # 340 + 240 characters of text
+    assert "an estimate" in tab.meter_label.toolTip()
+    send(qtbot, tab, "and an alpaca?")
+    wait_idle(qtbot, tab)
+    assert "not cached" not in tab.meter_label.text()  # the session's own count now
