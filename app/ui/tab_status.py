@@ -14,6 +14,7 @@ from enum import Enum
 
 from app.session import RestoreOutcome
 from app.session import events as ev
+from app.ui.wording import plural
 
 # A restore refusal's reason is cut to this length (it would fill the status line).
 RESTORE_REASON_CHARS = 90
@@ -220,7 +221,7 @@ class MeterFigures:
 
 def tokens_text(n: int) -> str:
     """A count of tokens that reads right: "1 token", "6,144 tokens"."""
-    return f"{n:,} token" + ("" if n == 1 else "s")
+    return plural(n, "token")
 
 
 def room_text(n_ctx: int, reserve: int) -> str:
