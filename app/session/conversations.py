@@ -64,6 +64,9 @@ class Conversations:
         self._outbox.emit(ev.CacheRestored(conv.cid, outcome, reason))
         self._streams.deliver(engine, engine.take_events())  # tabs that left to make room
         self._outbox.status(conv.cid)
+        # the memory figures ("tokens held") change with a restore: said now, not at the
+        # next turn (else they disagree with the tabs that say "restored")
+        self._streams.emit_stats(force=True)
 
     @on_session_thread
     def bind_all(self) -> None:

@@ -9,7 +9,7 @@ from app.engine.prefix import cached_tokens
 from app.errors import LlamaDeskError
 from app.messages import ChatMessage, history
 from app.storage import Database, Message
-from app.ui.message_data import MessageData
+from app.ui.message_data import IMPORTED_FROM, MessageData
 
 
 def message_data(db: Database, m: Message, with_siblings: bool = True) -> MessageData:
@@ -43,6 +43,7 @@ def message_data(db: Database, m: Message, with_siblings: bool = True) -> Messag
         reasoning_ms=getattr(m, "reasoning_ms", None),
         finish=str(finish) if finish else None,
         ttft_ms=float(ttft) if isinstance(ttft, (int, float)) else None,
+        imported_from=_imported_from(m),
     )
 
 
@@ -56,3 +57,9 @@ def engine_messages(thread: list[Message]) -> list[dict[str, Any]]:
     """:func:`chat_messages` as the template reads them (a test's view of what the engine
     gets; the window itself sends :class:`ChatMessage`)."""
     return [m.to_engine() for m in history(thread)]
+
+
+def _imported_from(m: Message) -> str | None:
+    """The file the chat was imported from, said by its first message only."""
+    source = (m.meta or {}).get(IMPORTED_FROM) if m.parent_id is None else None
+    return source if isinstance(source, str) and source else None

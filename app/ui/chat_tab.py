@@ -62,6 +62,7 @@ from app.ui.tab_status import (
 from app.ui.tab_stop_strings import StopStrings
 from app.ui.tab_token_hint import TOKEN_COUNT_DELAY_MS, TOKEN_HINT_MIN_CHARS, TokenHint
 from app.ui.tab_turn import TabTurn
+from app.ui.token_estimate import chat_token_estimate
 from app.ui.tool_picker import attach as attach_tools
 from app.ui.tool_turns import TabToolTurns
 
@@ -121,6 +122,7 @@ class ChatTab(QWidget):
         # seen when the tab is, and nothing above the tab bar moves).
         self.notice = MessageBar(self)
         self.notice.setObjectName("tab-notice")
+        self._notice_model_bound = False  # the notice speaks of the loaded model (notify)
         layout.addWidget(self.notice)
 
         # status line: context meter, state, what happens when full, settings toggle
@@ -287,9 +289,20 @@ class ChatTab(QWidget):
         text: str,
         error: bool = True,
         action: tuple[str, Callable[[], None]] | None = None,
+        model_bound: bool = False,
     ) -> None:
-        """A notice in this tab (errors stay until dismissed, the rest for a while)."""
+        """A notice in this tab (errors stay until dismissed, the rest for a while).
+        ``model_bound``: it speaks of the loaded model (or of none), so it goes when
+        another model loads or the model is unloaded (:meth:`model_changed`)."""
+        self._notice_model_bound = model_bound
         self.notice.show_message(text, error, action, timeout_ms=0 if error else 8000)
+
+    def model_changed(self) -> None:
+        """Another model (or none) answers now: a notice about the old one no longer
+        applies (a refusal that named its context size, "load a model first")."""
+        if self._notice_model_bound:
+            self._notice_model_bound = False
+            self.notice.dismiss()
 
     # ------------------------------------------------------------------ user actions
 
@@ -304,7 +317,8 @@ class ChatTab(QWidget):
         if not self.host.model_ready():
             self.notify(
                 "Load a model first: choose one with “Load a model” above, or in Models ▸ "
-                "Model manager."
+                "Model manager.",
+                model_bound=True,
             )
             return
         parent = self.leaf_id()
@@ -512,7 +526,7 @@ class ChatTab(QWidget):
         return sent[n_dropped].id if n_dropped < len(sent) else None
 
     def update_status(self) -> None:
-        figures = MeterFigures.of(self.info)
+        figures = MeterFigures.of(self.info, chat_token_estimate(self.branch))
         if figures.n_ctx:
             self.meter.set_figures(figures.n, figures.reserved, figures.n_ctx)
             self.meter_label.setText(figures.text(self._compact))

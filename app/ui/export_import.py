@@ -21,14 +21,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import QObject, QStandardPaths, Signal, Slot
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from app.errors import LlamaDeskError
 from app.storage import Database
-from app.storage.export import ExportFormat, file_stem, import_files, write_bundle, write_each
+from app.storage.errors import ImportValidationError
+from app.storage.export import ExportFormat, file_stem, validate, write_bundle, write_each
 from app.ui.background import BackgroundJobs
+from app.ui.message_data import IMPORTED_FROM
+from app.ui.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +45,6 @@ class TransferOutcome:
     error: bool = False
     imported: tuple[int, ...] = ()  # new conversation ids
     written: tuple[Path, ...] = ()  # files an export wrote
-
-
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _export_job(
@@ -64,12 +64,12 @@ def _export_job(
         if each:
             written = write_each(db, ids, fmt, target)
             return TransferOutcome(
-                f"Exported {_plural(len(written), 'conversation')} as {fmt.label} files "
+                f"Exported {plural(len(written), 'conversation')} as {fmt.label} files "
                 f"to {target}.",
                 written=tuple(written),
             )
         path = write_bundle(db, ids, fmt, target)
-        what = f"“{title}”" if title is not None else _plural(len(ids), "conversation")
+        what = f"“{title}”" if title is not None else plural(len(ids), "conversation")
         return TransferOutcome(f"Exported {what} as {fmt.label} to {path}.", written=(path,))
     except LlamaDeskError as exc:
         return TransferOutcome(str(exc), True)
@@ -83,17 +83,44 @@ def _import_job(db_path: Path, files: tuple[Path, ...]) -> TransferOutcome:
     except LlamaDeskError as exc:
         return TransferOutcome(f"Nothing was imported: {exc}", True)
     try:
-        ids = import_files(db, files)
+        ids = _import_marked(db, files)
     except LlamaDeskError as exc:
         return TransferOutcome(str(exc), True)
     finally:
         db.close()
-    source = files[0].name if len(files) == 1 else _plural(len(files), "file")
+    source = files[0].name if len(files) == 1 else plural(len(files), "file")
     if not ids:
         return TransferOutcome(f"{source} holds no conversations; nothing was imported.")
     return TransferOutcome(
-        f"Imported {_plural(len(ids), 'conversation')} from {source}.", imported=tuple(ids)
+        f"Imported {plural(len(ids), 'conversation')} from {source}.", imported=tuple(ids)
     )
+
+
+def _import_marked(db: Database, files: tuple[Path, ...]) -> list[int]:
+    """Import the files (all or nothing, as :func:`app.storage.export.import_files`) with
+    every message marked with the file it came from (:data:`IMPORTED_FROM`): its chat
+    then says it was imported. Errors name the file."""
+    from app.storage.export import import_json, read_json_file
+
+    conversations: list[Any] = []
+    for path in files:
+        data = read_json_file(path)
+        try:
+            validate(data)  # the file's own problems, named by its file
+        except ImportValidationError as exc:
+            where = path.name + (f", {exc.where}" if exc.where else "")
+            raise ImportValidationError(where, exc.problem) from None
+        conversations.extend(_marked(conv, path.name) for conv in data["conversations"])
+    return import_json(db, {**data, "conversations": conversations}) if files else []
+
+
+def _marked(conversation: Any, source: str) -> Any:
+    """A valid export's conversation with each message's meta naming ``source``."""
+    messages = [
+        {**m, "meta": {**(m.get("meta") or {}), IMPORTED_FROM: source}}
+        for m in conversation.get("messages", [])
+    ]
+    return {**conversation, "messages": messages}
 
 
 class _Bridge(QObject):

@@ -35,6 +35,11 @@ class SpecSpinBox(QSpinBox):
             target = int(spec.minimum) if steps > 0 else int(spec.special.value)
             self.setValue(target)
             return
+        if spec.special is None and spec.minimum is not None and target < spec.minimum:
+            # an editor that takes a typed value below the range (thread counts: a typed 0
+            # gets a sentence) does not step there
+            self.setValue(max(self.value(), int(spec.minimum)))
+            return
         super().stepBy(steps)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.ui.wording import plural
+
 ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 # How a reply ended (``MessageData.finish``, a FinishReason value), for the figures line;
 # "aborted" and "error" are said by the status already.
@@ -35,6 +37,12 @@ class MessageData:
     reasoning_ms: float | None = None  # how long it thought (None: unknown / still thinking)
     finish: str | None = None  # how the reply ended: a FinishReason value (None: unknown)
     ttft_ms: float | None = None  # time to the first token: prompt processing + first step
+    imported_from: str | None = None  # the file the chat was imported from (its first message)
+
+
+# A message's meta key: the name of the file its chat was imported from (set on import by
+# app.ui.export_import; the chat's first message says it).
+IMPORTED_FROM = "imported_from"
 
 
 def thought_title(reasoning_ms: float | None) -> str:
@@ -57,16 +65,18 @@ def _duration(ms: float) -> str:
 def figures_text(data: MessageData, streaming: bool = False) -> str:
     parts: list[str] = []
     if data.token_count:
-        parts.append(f"{data.token_count} tokens")
+        parts.append(plural(data.token_count, "token"))
     if data.tokens_per_second:
         parts.append(f"{data.tokens_per_second:.1f} tok/s")
     if data.ttft_ms is not None and not streaming:
         parts.append(f"first token {_duration(data.ttft_ms)}")
     if data.prompt_tokens:
-        prompt = f"prompt {data.prompt_tokens} tokens"
+        prompt = f"prompt {plural(data.prompt_tokens, 'token')}"
         if data.cached_tokens is not None:
-            prompt += f" ({data.cached_tokens} cached)"
+            prompt += f" ({data.cached_tokens:,} cached)"
         parts.append(prompt)
+    if data.imported_from:
+        parts.append(f"imported from {data.imported_from}")
     if data.status == "stopped":
         parts.append("stopped")
     elif data.status == "partial" and not streaming:

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.settings import ContextSettings
+from app.engine.threads import clamp_threads
 from app.settings_schema import CONTEXT_FIELDS, Apply, FieldSpec
 from app.ui.field_editors import make_editor, read_editor, write_editor
 from app.ui.settings_texts import LIVE_MARK, LIVE_TIP, REBUILD_MARK, REBUILD_TIP
@@ -32,6 +33,8 @@ FIELDS: dict[str, FieldSpec] = CONTEXT_FIELDS
 assert set(FIELDS) == {f.name for f in dataclasses.fields(ContextSettings)}, (
     "every ContextSettings field needs a spec"
 )
+# Thread counts: a typed 0 (or less) is used as 1, and the dialog says so.
+THREAD_FIELDS = ("n_threads", "n_threads_batch")
 
 
 class WheelGuard(QObject):
@@ -133,6 +136,10 @@ class FieldEditors:
 
     def _make_editor(self, spec: FieldSpec, on_edited: Callable[[], None]) -> QWidget:
         editor = make_editor(spec)
+        if spec.name in THREAD_FIELDS and isinstance(editor, QSpinBox):
+            # a typed 0 is taken and said to become 1 (:meth:`thread_notes`), not refused
+            # by the spin box without a word
+            editor.setMinimum(0)
         if isinstance(editor, QSpinBox | QDoubleSpinBox):
             self.wheel_guard.guard(editor)
             editor.valueChanged.connect(on_edited)
@@ -159,6 +166,12 @@ class FieldEditors:
         return skipped
 
     def read(self) -> ContextSettings:
-        return ContextSettings(
-            **{name: read_editor(editor) for name, editor in self.editors.items()}
-        )
+        values = {name: read_editor(editor) for name, editor in self.editors.items()}
+        for name in THREAD_FIELDS:
+            values[name] = clamp_threads(values[name])[0]
+        return ContextSettings(**values)
+
+    def thread_notes(self) -> list[str]:
+        """What became of a thread count below 1 typed in its editor (it is used as 1)."""
+        notes = (clamp_threads(read_editor(self.editors[name]))[1] for name in THREAD_FIELDS)
+        return [note for note in notes if note is not None]

@@ -438,7 +438,7 @@ class SettingsPanel(QDialog):
         self._problem = None if error is None else str(error)
         self._problem_label.setText(self._problem or "")
         self._problem_label.setVisible(self._problem is not None)
-        warnings = edited.thread_warnings()
+        warnings = self._fields.thread_notes() + edited.thread_warnings()
         self._threads_label.setText(" ".join(warnings))
         self._threads_label.setVisible(bool(warnings))
 

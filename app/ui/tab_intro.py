@@ -8,6 +8,7 @@ from pathlib import Path
 
 from app.engine.chat_template import TemplateSource
 from app.session import LoadedModel
+from app.ui.wording import plural
 
 NO_MODEL_TEXT = (
     "No model is loaded yet. Choose one with “Load a model” above (the library, a GGUF "
@@ -15,10 +16,6 @@ NO_MODEL_TEXT = (
 )
 _MODE_TEXTS = {"batched": "in one batched step", "turns": "in turn, one token each"}
 START_TEXT = "Say hello: type a message below and press Enter."
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
 def intro_text(model: LoadedModel | None) -> str:

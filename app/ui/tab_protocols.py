@@ -72,6 +72,7 @@ class TurnTab(Protocol):
         text: str,
         error: bool = True,
         action: tuple[str, Callable[[], None]] | None = None,
+        model_bound: bool = False,
     ) -> None: ...
 
     def show_branch(self) -> None: ...

@@ -14,6 +14,7 @@ from enum import Enum
 
 from app.session import RestoreOutcome
 from app.session import events as ev
+from app.ui.wording import plural
 
 # A restore refusal's reason is cut to this length (it would fill the status line).
 RESTORE_REASON_CHARS = 90
@@ -96,6 +97,12 @@ class TabFigures:
         """What happened when the tab opened is old news once it has answered."""
         return replace(self, restored=None, parked=None, restore_error=None)
 
+    def restore_unused(self, n_to_process: int) -> bool:
+        """Whether a turn that re-reads ``n_to_process`` tokens did without the restored
+        cache: it re-reads at least half of what the cache held (old messages dropped,
+        another system prompt...), so "restored from disk" no longer says what happened."""
+        return bool(self.restored) and n_to_process * 2 >= self.n_tokens
+
 
 def cache_note(info: TabFigures) -> CacheNote:
     """The note of ``info`` (the first that applies, in this order)."""
@@ -169,14 +176,22 @@ class MeterFigures:
     reserved: int  # the room kept for the reply
     n_ctx: int
     dropped: int  # the oldest messages that no longer fit
+    # about how many tokens the chat has when none of it is in the cache yet (an imported
+    # chat, a chat after a model switch): it is read at the next send (0: none to say)
+    uncached: int = 0
 
     @classmethod
-    def of(cls, info: TabFigures) -> MeterFigures:
-        return cls(info.n_tokens, info.n_reserved, info.n_ctx, info.n_dropped)
+    def of(cls, info: TabFigures, estimate: int = 0) -> MeterFigures:
+        """``estimate``: the chat's tokens, about (said only while the cache holds none)."""
+        uncached = estimate if info.n_tokens == 0 and info.n_ctx else 0
+        return cls(info.n_tokens, info.n_reserved, info.n_ctx, info.n_dropped, uncached)
 
     def text(self, compact: bool) -> str:
         """The meter label (``compact``: a narrow window)."""
         n, reserved, n_ctx = self.n, self.reserved, self.n_ctx
+        if self.uncached:
+            about = f"~{self.uncached:,}/{n_ctx:,}"
+            return about if compact else f"~{self.uncached:,} / {n_ctx:,} tokens · not cached yet"
         if compact:
             # What the model sees: the held tokens and the room kept for the reply.
             used = min(n_ctx, n + reserved)
@@ -187,6 +202,12 @@ class MeterFigures:
 
     def tip(self) -> str:
         """The meter's and its label's tooltip."""
+        if self.uncached:
+            return (
+                f"This conversation has about {tokens_text(self.uncached)} (an estimate), none "
+                f"of them in the context of {self.n_ctx:,} yet: they are read when you next "
+                "send."
+            )
         tip = f"{self.n:,} tokens of this conversation are in the context of {self.n_ctx:,}"
         if self.reserved:
             tip += f", and {self.reserved:,} are kept free for the reply"
@@ -200,7 +221,7 @@ class MeterFigures:
 
 def tokens_text(n: int) -> str:
     """A count of tokens that reads right: "1 token", "6,144 tokens"."""
-    return f"{n:,} token" + ("" if n == 1 else "s")
+    return plural(n, "token")
 
 
 def room_text(n_ctx: int, reserve: int) -> str:

@@ -23,6 +23,7 @@ from app.session import RecordedTurn, ReplyMeta, TurnResult, reasoning_options
 from app.session import events as ev
 from app.ui.chat_messages import message_data
 from app.ui.tab_status import TabState
+from app.ui.wording import plural
 
 if TYPE_CHECKING:
     from app.storage import Message
@@ -153,7 +154,9 @@ class TabTurn:
 
     def on_started(self, n_to_process: int) -> None:
         tab = self.tab
-        if tab.turns_since_open >= 1:  # what happened at restore is old news now
+        # what happened at restore is old news after one turn, or at once when this turn
+        # re-reads most of what the restored cache held
+        if tab.turns_since_open >= 1 or tab.info.restore_unused(n_to_process):
             tab.info = tab.info.turn_started()
         tab.state = TabState.PROMPT
         tab.prompt_progress = (0, n_to_process)
@@ -189,9 +192,11 @@ class TabTurn:
 
     def on_shifted(self, n_discarded: int) -> None:
         self.tab.notify(
-            f"The context was full: the oldest {n_discarded} tokens of this conversation were "
+            f"The context was full: the oldest {plural(n_discarded, 'token')} of this "
+            "conversation were "
             "dropped (the system prompt is kept).",
             False,
+            model_bound=True,
         )
 
     def on_finished(self, result: TurnResult) -> None:
@@ -208,7 +213,8 @@ class TabTurn:
                 return
             # refused before anything was recorded: say why, and nothing else changes
             self._answer = None
-            tab.notify(tab.reply.error or result.error or "The reply failed.")
+            # a refusal speaks of this model (its context size...): it goes with the model
+            tab.notify(tab.reply.error or result.error or "The reply failed.", model_bound=True)
             self._settle()
             tab.view.set_actions_enabled(True)
             tab.update_status()
@@ -256,7 +262,7 @@ class TabTurn:
         retry = (
             ("Try again", lambda: self._retry(parent)) if parent is not None and failed else None
         )
-        self.tab.notify(message, failed or not self.tab.reply.parts, retry)
+        self.tab.notify(message, failed or not self.tab.reply.parts, retry, model_bound=True)
 
     def _retry(self, parent_id: int | None) -> None:
         if parent_id is not None and not self.tab.generating and self.tab.host.model_ready():

@@ -229,6 +229,7 @@ class WindowModels:
         win.update_model_labels()
         support = win.reasoning_support()
         for tab in win.tabs():  # the session bound every open conversation again
+            tab.model_changed()  # notices about the model before no longer apply
             tab.show_intro()  # the model, its context and template
             tab.set_reasoning_support(*support)
         if self._model_manager is not None:
@@ -245,6 +246,7 @@ class WindowModels:
         win = self.win
         win.model = None
         for tab in win.tabs():
+            tab.model_changed()
             tab.show_figures(tab.info.unloaded())
             tab.set_reasoning_support(False, False)
             # a reply that was streaming ended (stopped, recorded by the session) before this

@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QProgressBar, QToolButton
 
 from app.session import events as ev
 from app.settings_schema import format_bytes
+from app.ui.wording import plural
 
 if TYPE_CHECKING:
     from app.ui.window_protocols import StatusWindow
@@ -26,6 +27,9 @@ class WindowStatus:
         self.window = window
         self.narrow = False
         self._sidebar_auto_hidden = False
+        # the session's last memory figures: the restores of a load are counted before the
+        # window hears that the model is loaded, and are shown then (update_model_labels)
+        self._stats: ev.MemoryStats | None = None
 
     def build(self) -> None:
         win = self.win
@@ -58,6 +62,7 @@ class WindowStatus:
         self.cancel_load_button.setVisible(visible)
 
     def on_stats(self, stats: ev.MemoryStats) -> None:
+        self._stats = stats
         win = self.win
         win.total_tok_s = stats.tok_s
         busy = stats.busy
@@ -86,11 +91,13 @@ class WindowStatus:
         n_ctx = model.n_ctx or model.settings.n_ctx
         full = (
             f"{info.display_name} · {info.params_label} · {info.file_type} · "
-            f"context {n_ctx:,} × {model.settings.n_seq_max} tabs resident"
+            f"context {n_ctx:,} × {plural(model.settings.n_seq_max, 'tab')} resident"
         )
         self.model_label.setText(info.display_name if self.narrow else full)
         self.model_label.setToolTip(full)
         self.memory_text(model.model_bytes, model.kv_bytes, None)
+        if self._stats is not None and self._stats.loaded:
+            self.on_stats(self._stats)  # the tokens held, as the session last said
 
     def memory_text(self, model_bytes: int, kv_bytes: int, cells: str | None) -> None:
         """The status bar's memory figures (short in a narrow window, all in the tooltip)."""

@@ -526,3 +526,157 @@ def test_a_window_notice_does_not_move_the_tab_bar(qtbot: Any, make_window: Any)
     qtbot.wait(50)
     assert bar.mapTo(window, QPoint(0, 0)).y() == top
     assert window.message_bar.mapTo(window, QPoint(0, 0)).y() > top
+
+
+@pytest.mark.parametrize(("n_to_process", "still_restored"), [(9, True), (1466, False)])
+def test_restored_from_disk_only_while_the_restored_cache_is_used(
+    qtbot: Any, make_window: Any, n_to_process: int, still_restored: bool
+) -> None:
+    from app.session import RestoreOutcome, TurnId
+    from app.session import events as ev
+    from app.ui.tab_status import CacheNote, cache_note
+
+    window, _ = make_window()
+    tab = window.new_tab()
+    assert tab is not None
+    tab.on_event(ev.CacheRestored(tab.cid, RestoreOutcome.RESTORED))
+    held = ev.SequenceStatus(tab.cid, 1475, 2048, True, False, False)
+    tab.on_event(held)
+    assert tab.state_label.text() == "idle · cache restored from disk"
+    # a turn that re-reads 1,466 of the 1,475 tokens did not use the restored cache
+    tab.on_event(ev.TurnStarted(tab.cid, TurnId(1), n_to_process))
+    expected = CacheNote.RESTORED if still_restored else CacheNote.NONE
+    assert cache_note(tab.info) is expected
+
+
+def test_a_notice_about_the_model_goes_when_another_model_loads(
+    qtbot: Any, make_window: Any, slow_model: Path
+) -> None:
+    window, _ = make_window(context={"n_ctx": 512})
+    tab, other = window.new_tab(), window.new_tab()
+    assert tab is not None and other is not None
+    send(qtbot, tab, " ".join(f"word{i}" for i in range(600)))
+    result = wait_idle(qtbot, tab)
+    # a tab's notice is shown while the tab is (only the current one is on screen)
+    assert result.error is not None and tab.notice.label.text() == result.error
+    assert not tab.notice.isHidden()
+    other.notify("The chat could not be saved: the disk is full.")  # not about the model
+    window.load_model(str(slow_model))
+    qtbot.waitUntil(
+        lambda: window.model_ready() and window.model_path() == str(slow_model), timeout=20000
+    )
+    assert tab.notice.isHidden()  # it spoke of the 512-token context of the model before
+    assert not other.notice.isHidden()
+    assert other.notice.label.text() == "The chat could not be saved: the disk is full."
+
+
+def test_counts_read_right_at_one_and_in_thousands(qtbot: Any, make_window: Any) -> None:
+    from app.session import events as ev
+    from app.ui.message_data import MessageData, figures_text
+
+    one = MessageData(1, "assistant", "hi", token_count=1, prompt_tokens=1, cached_tokens=0)
+    assert figures_text(one) == "1 token · prompt 1 token (0 cached)"
+    many = MessageData(
+        2, "assistant", "…", token_count=1234, prompt_tokens=5077, cached_tokens=4096
+    )
+    assert figures_text(many) == "1,234 tokens · prompt 5,077 tokens (4,096 cached)"
+    window, _ = make_window(context={"n_seq_max": 1})
+    assert "context 2,048 × 1 tab resident" in window.model_label.text()
+    tab = window.new_tab()
+    assert tab is not None
+    tab.on_event(ev.ContextShifted(tab.cid, 1024))
+    assert "the oldest 1,024 tokens of this conversation" in tab.notice.text()
+
+
+def test_an_imported_chat_says_it_was_imported(
+    qtbot: Any, make_window: Any, tmp_path: Path
+) -> None:
+    from app.storage.export import ExportFormat
+
+    window, _ = make_window()
+    db = window.db
+    kept = db.create_conversation("Llamas")
+    db.append_message(kept.id, "user", "What is a llama?")
+    db.append_message(kept.id, "assistant", "A camelid.")
+    path = tmp_path / "llamas.json"
+    transfers = window.sidebar.transfers
+    transfers.native_dialogs = False
+    with qtbot.waitSignal(transfers.finished, timeout=10000):
+        transfers.export_file([kept.id], ExportFormat.JSON, path)
+    with qtbot.waitSignal(transfers.finished, timeout=10000) as blocker:
+        transfers.import_paths([path])
+    (imported,) = blocker.args[0].imported
+    for cid, said in ((imported, True), (kept.id, False)):
+        window.open_conversation(cid)
+        tab = window.tab_for(cid)
+        assert tab is not None
+        first, reply = tab.view.messages()
+        assert ("imported from llamas.json" in first.figures.text()) is said
+        assert "imported" not in reply.figures.text()  # said once, by the first message
+
+
+def test_after_a_restart_tokens_held_agrees_with_the_restored_tabs(
+    qtbot: Any, make_window: Any
+) -> None:
+    from tests.ui.conftest import close_window
+
+    window, _ = make_window()
+    tabs = [window.new_tab(), window.new_tab()]
+    for n, tab in enumerate(tabs):
+        assert tab is not None
+        send(qtbot, tab, f"tab {n} remembers {' and '.join(['llamas'] * (20 * (n + 1)))}")
+        wait_idle(qtbot, tab)
+    close_window(qtbot, window)
+    window2, _ = make_window(write=False)
+    reopened = [window2.tab_for(tab.cid) for tab in tabs]
+    assert all(t is not None for t in reopened)
+
+    def restored_tokens() -> int:
+        return sum(t.info.n_tokens for t in reopened if t.info.restored and t.info.resident)
+
+    qtbot.waitUntil(lambda: all(t.info.restored for t in reopened), timeout=10000)
+    held = restored_tokens()
+    assert held > 0
+    # A tab counts its reply's last token, which the cache reads at the next turn: the
+    # status bar's figure (what the cache holds) is at most one token a tab below.
+    expected = {f"{n:,} / 2,048 tokens held" for n in range(held - len(reopened), held + 1)}
+
+    def agrees() -> bool:
+        return any(text in window2.memory_label.toolTip() for text in expected)
+
+    try:  # (the tooltip has all the figures: a narrow window shows fewer)
+        qtbot.waitUntil(agrees, timeout=3000)
+    except Exception:
+        raise AssertionError(f"{held:,} vs {window2.memory_label.toolTip()!r}") from None
+
+
+def test_the_meter_counts_a_chat_that_is_not_cached_yet(
+    qtbot: Any, make_window: Any, tmp_path: Path
+) -> None:
+    from app.storage.export import ExportFormat
+
+    window, _ = make_window()
+    db = window.db
+    kept = db.create_conversation("Llamas")
+    db.append_message(kept.id, "user", "What is a llama? " * 20)
+    db.append_message(kept.id, "assistant", "A camelid of the Andes. " * 10)
+    path = tmp_path / "llamas.json"
+    transfers = window.sidebar.transfers
+    transfers.native_dialogs = False
+    with qtbot.waitSignal(transfers.finished, timeout=10000):
+        transfers.export_file([kept.id], ExportFormat.JSON, path)
+    with qtbot.waitSignal(transfers.finished, timeout=10000) as blocker:
+        transfers.import_paths([path])
+    (imported,) = blocker.args[0].imported
+    window.open_conversation(imported)
+    tab = window.tab_for(imported)
+    assert tab is not None
+    qtbot.waitUntil(lambda: tab.info.n_ctx > 0, timeout=10000)
+    text = tab.meter_label.text()
+    assert text.startswith("~") and "not cached yet" in text, text
+    about = int(text[1:].split()[0].split("/")[0].replace(",", ""))
+    assert about > 100  # 340 + 240 characters of text
+    assert "an estimate" in tab.meter_label.toolTip()
+    send(qtbot, tab, "and an alpaca?")
+    wait_idle(qtbot, tab)
+    assert "not cached" not in tab.meter_label.text()  # the session's own count now

@@ -206,3 +206,22 @@ def test_the_sidebar_selection_follows_new_tabs_and_forks(qtbot: Any, make_windo
     fork = window.current_tab()
     assert fork is not None and fork.cid not in (first.cid, second.cid)
     qtbot.waitUntil(lambda: window.sidebar.selected_ids() == [fork.cid], timeout=3000)
+
+
+def test_a_thread_count_of_0_says_it_becomes_1(qtbot: Any, make_window: Any) -> None:
+    window, _ = make_window()
+    panel = open_panel(qtbot, window)
+    warning = panel.findChild(QLabel, "threadsWarning")
+    editor = panel._editors["n_threads"]
+    editor.setValue(1)
+    editor.stepBy(-1)  # the arrows stop at 1
+    assert editor.value() == 1
+    # typed: taken, said, and used as 1
+    editor.lineEdit().selectAll()
+    qtbot.keyClicks(editor.lineEdit(), "0")
+    assert editor.value() == 0
+    assert warning is not None and warning.isVisible()
+    assert "A thread count of 0 is not possible: 1 thread is used." in warning.text()
+    assert panel.current_settings().n_threads == 1
+    editor.setValue(1)
+    assert warning.isHidden()
