@@ -99,7 +99,8 @@ def test_a_remote_model_answers_the_window_and_it_reopens_on_it(
     assert reopened is not None
     qtbot.waitUntil(lambda: "on serve-box · LlamaDesk" in reopened.state_label.text(), timeout=5000)
     send(qtbot, reopened, "And again")
-    wait_idle(qtbot, reopened)
+    second = wait_idle(qtbot, reopened)
+    assert second.error is None, second.error  # (an error reply is a notice, not stored)
     stored = again.db.get_thread(tab.cid)
     assert [m.role for m in stored] == ["user", "assistant", "user", "assistant"]
     assert stored[-1].model_path == remote
