@@ -20,6 +20,7 @@ from tests.remote.stub_server import StubServer
 from tests.support.gguf_models import TinySpec, write_tiny_model
 from tests.support.serve_process import ServeProcess
 from tests.ui.conftest import send, wait_idle
+from tests.ui.test_chat import set_sampling
 
 pytestmark = pytest.mark.qt_log_ignore(r"This plugin does not support propagateSizeHints")
 
@@ -62,6 +63,9 @@ def test_a_remote_model_answers_the_window_and_it_reopens_on_it(
 
     tab = window.new_tab()
     assert tab is not None and "on serve-box" not in tab.state_label.text()
+    # Two turns must fit the server's 2,048-token context with their max_tokens: a random
+    # model's first reply may run long, and the server refuses prompt + 1,024 past it.
+    set_sampling(tab, max_tokens=64)
     window.models_ui.model_picker.actions_by_text()[entries[remote].label].trigger()
     qtbot.waitUntil(lambda: window.model is not None and window.model.path == remote, timeout=15000)
     assert window.model.engine == "LlamaDesk on serve-box"
