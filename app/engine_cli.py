@@ -430,6 +430,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise LlamaDeskError(f"--parallel must be at least 1, not {args.parallel}.")
     params = sampling_params(args, _read_grammar(args.grammar))
     settings = context_settings(args, args.parallel)
+    mcp_run_cli.check_without_mcp(args)
     if args.mcp is not None:
         return mcp_run_cli.cmd_run_mcp(args, path, prompt, params, reasoning, settings)
     per_model = placement  # the chat template and the devices

@@ -61,6 +61,23 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def check_without_mcp(args: argparse.Namespace) -> None:
+    """The tool flags mean nothing without ``--mcp``: say so rather than ignore them."""
+    if args.mcp is not None:
+        return
+    given = [
+        flag
+        for flag, used in (
+            ("--allow", bool(args.allow)),
+            ("--tool-choice", args.tool_choice != "auto"),
+            ("--max-rounds", args.max_rounds != DEFAULT_MAX_ROUNDS),
+        )
+        if used
+    ]
+    if given:
+        raise LlamaDeskError(f"{', '.join(given)} needs --mcp FILE (the MCP servers' tools).")
+
+
 def _allowed(names: str) -> frozenset[str]:
     return frozenset(n.strip() for n in names.split(",") if n.strip())
 

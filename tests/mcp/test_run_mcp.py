@@ -119,3 +119,17 @@ def test_a_call_not_allowed_is_refused_without_a_terminal(model: Path, tmp_path:
 
 def test_the_cli_says_the_guards_default() -> None:
     assert CLI_MAX_ROUNDS == DEFAULT_MAX_ROUNDS
+
+
+def test_tool_flags_without_mcp_are_a_sentence(model: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LLAMADESK_HOME": str(tmp_path / "home")}
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "run", str(model), "hi", "--allow", "greet", "-n", "2"],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--allow needs --mcp FILE" in done.stderr and "Traceback" not in done.stderr
