@@ -123,17 +123,24 @@ def _plain(data: bytes, claimed: bytearray, start: int, end: int, out: list[Frag
 
 def _order_matters(present: list[SpecialToken]) -> bool:
     """Whether two tokens of the same length could compete for the same bytes (one's end
-    is the other's start), or strip spaces that the other one holds."""
-    by_size: dict[int, list[SpecialToken]] = {}
+    is the other's start), or strip spaces that the other one holds. Linear in the tokens
+    times their length (a hostile text may hold thousands of a vocabulary's specials)."""
+    by_size: dict[int, list[bytes]] = {}
     for t in present:
-        by_size.setdefault(len(t.text), []).append(t)
-    for group in by_size.values():
+        by_size.setdefault(len(t.text), []).append(t.text)
+    for size, group in by_size.items():
         if len(group) < 2:
             continue
-        for a in group:
-            if any(b in _SPACE for b in a.text):
+        starts: dict[bytes, int] = {}  # each proper prefix: how many tokens begin with it
+        for text in group:
+            if any(b in _SPACE for b in text):
                 return True
-            for b in group:
-                if a is not b and any(a.text[-k:] == b.text[:k] for k in range(1, len(a.text))):
+            for k in range(1, size):
+                starts[text[:k]] = starts.get(text[:k], 0) + 1
+        for text in group:
+            for k in range(1, size):
+                n = starts.get(text[-k:], 0)
+                # another token begins with this one's end (its own prefix does not count)
+                if n > 1 or (n == 1 and text[:k] != text[-k:]):
                     return True
     return False

@@ -204,3 +204,14 @@ def test_rstrip_and_lstrip_drop_the_spaces_next_to_the_token() -> None:
     assert partition(b"a <r>  b  <l> c", special, True) == [b"a ", 5, b"b", 6, b" c"]
     # without special parsing only the user-defined token is split off
     assert partition(b"a <r>  b  <l> c", special, False) == [b"a <r>  b", 6, b" c"]
+
+
+def test_many_tokens_of_one_length_that_cannot_overlap_are_still_split() -> None:
+    # a vocabulary's thousands of "<unusedNNNN>" tokens, all in one text: no order question
+    special = SpecialTokens.of(
+        [SpecialToken(i, b"<unused%04d>" % i, ATTR_CONTROL) for i in range(3000)]
+    )
+    data = b"".join(t.text + b" x" for t in special.tokens)
+    fragments = partition(data, special, True)
+    assert fragments is not None and len(fragments) == 6000
+    assert fragments[:4] == [0, b" x", 1, b" x"]
