@@ -526,7 +526,12 @@ class ChatTab(QWidget):
         return sent[n_dropped].id if n_dropped < len(sent) else None
 
     def update_status(self) -> None:
-        figures = MeterFigures.of(self.info, chat_token_estimate(self.branch))
+        max_tokens = self.conversation.sampling.get("max_tokens")
+        figures = MeterFigures.of(
+            self.info,
+            chat_token_estimate(self.branch),
+            max_tokens if isinstance(max_tokens, int) else None,
+        )
         if figures.n_ctx:
             self.meter.set_figures(figures.n, figures.reserved, figures.n_ctx)
             self.meter_label.setText(figures.text(self._compact))

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_MS = 30  # streamed text is painted at most ~33 times a second
+SIDEBAR_MIN_WIDTH = 180  # the conversation list: titles and dates still readable
 
 
 class MainWindow(QMainWindow):
@@ -165,6 +166,11 @@ class MainWindow(QMainWindow):
         self.splitter.addWidget(self.sidebar)
         self.splitter.addWidget(right)
         self.splitter.setStretchFactor(1, 1)
+        # The list is hidden with Ctrl+B or by a narrow window, never dragged to a sliver:
+        # a collapsed or 20 px list came back unusable (titles cut to nothing).
+        self.sidebar.setMinimumWidth(SIDEBAR_MIN_WIDTH)
+        self.splitter.setCollapsible(0, False)
+        self.splitter.setCollapsible(1, False)
         self.splitter.setSizes([260, 840])
         self.setCentralWidget(self.splitter)
 

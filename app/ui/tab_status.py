@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from app.engine.chat_fit import reply_reserve
 from app.session import RestoreOutcome
 from app.session import events as ev
 from app.ui.wording import plural
@@ -181,10 +182,17 @@ class MeterFigures:
     uncached: int = 0
 
     @classmethod
-    def of(cls, info: TabFigures, estimate: int = 0) -> MeterFigures:
-        """``estimate``: the chat's tokens, about (said only while the cache holds none)."""
+    def of(cls, info: TabFigures, estimate: int = 0, max_tokens: int | None = None) -> MeterFigures:
+        """``estimate``: the chat's tokens, about (said only while the cache holds none).
+        ``max_tokens``: the conversation's reply limit, for the reserve the next reply keeps
+        where the engine has not fitted a turn yet (a reopened chat, a new tab)."""
         uncached = estimate if info.n_tokens == 0 and info.n_ctx else 0
-        return cls(info.n_tokens, info.n_reserved, info.n_ctx, info.n_dropped, uncached)
+        reserved = info.n_reserved
+        if not reserved and not info.generating and info.n_ctx and not info.engine:
+            # the engine's reserve is set when it fits a turn: until then the next
+            # reply's is the same rule's (a remote engine keeps none of its own)
+            reserved = reply_reserve(max_tokens, info.n_ctx)
+        return cls(info.n_tokens, reserved, info.n_ctx, info.n_dropped, uncached)
 
     def text(self, compact: bool) -> str:
         """The meter label (``compact``: a narrow window)."""
