@@ -200,6 +200,15 @@ class Inspect:
 
 
 @dataclass(frozen=True)
+class TellStored:
+    """Tell the session's subscribers that a conversation was stored by another client
+    (:class:`~app.session.events.ConversationStored`)."""
+
+    conversation_id: ConversationId
+    created: bool
+
+
+@dataclass(frozen=True)
 class Shutdown:
     pass
 
@@ -223,5 +232,6 @@ Command = (
     | SaveStateFile
     | RestoreStateFile
     | Inspect
+    | TellStored
     | Shutdown
 )
