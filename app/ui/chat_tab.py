@@ -47,6 +47,7 @@ from app.ui.chat_view import ChatView
 from app.ui.composer import Composer, ConversationSettings
 from app.ui.context_meter import ContextMeter
 from app.ui.message_bar import MessageBar
+from app.ui.message_delete import ask_delete
 from app.ui.tab_choices import TabChoices
 from app.ui.tab_host import TabHost
 from app.ui.tab_intro import intro_text, sharing_text, sharing_tip
@@ -248,6 +249,8 @@ class ChatTab(QWidget):
             self.view.keep_first(keep)
             for message in self.branch[keep:]:
                 self.view.append(message_data(self.db, message))
+            if self.generating:  # the new ones too: no edit, delete... while it answers
+                self.view.set_actions_enabled(False)
         finally:
             self.view.setUpdatesEnabled(True)
         self._sync_context_start()
@@ -436,6 +439,8 @@ class ChatTab(QWidget):
         elif name == "fork":
             if not self.generating:
                 self.host.fork_tab(self.cid, message_id)
+        elif name == "delete":  # asked first; the session deletes it (app.ui.message_delete)
+            ask_delete(self, self, message_id)
         elif name == "prev":
             self.navigate(message_id, -1)
         elif name == "next":
