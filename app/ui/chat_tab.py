@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal, Slot
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (
     QApplication,
     QHBoxLayout,
@@ -50,7 +50,7 @@ from app.ui.message_bar import MessageBar
 from app.ui.message_delete import ask_delete
 from app.ui.tab_choices import TabChoices
 from app.ui.tab_host import TabHost
-from app.ui.tab_intro import intro_text, sharing_text, sharing_tip
+from app.ui.tab_intro import Starters, intro_text, sharing_text, sharing_tip
 from app.ui.tab_reply import ReplyBuffer
 from app.ui.tab_status import (
     MeterFigures,
@@ -201,6 +201,8 @@ class ChatTab(QWidget):
         row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
         row.addWidget(self.stop_button, 0, Qt.AlignmentFlag.AlignBottom)
         layout.addLayout(row)
+        self.starters = Starters(self.start_with)  # under the empty chat, above its status
+        layout.insertWidget(1, self.starters)
 
         self.choices.init_policy()
         self.choices.init_reasoning()
@@ -233,7 +235,15 @@ class ChatTab(QWidget):
     def show_intro(self) -> None:
         """What an empty chat shows: the model, its kind, context and template."""
         ready = self.host.model_ready()
-        self.view.set_placeholder(intro_text(self.host.loaded_model() if ready else None))
+        model = self.host.loaded_model() if ready else None
+        self.view.set_placeholder(intro_text(model))
+        self.starters.show_for(model, empty=not self.branch)
+
+    def start_with(self, text: str) -> None:
+        """A starter's text in the composer, to finish and send (nothing is sent)."""
+        self.composer.setPlainText(text)
+        self.composer.moveCursor(QTextCursor.MoveOperation.End)
+        self.composer.setFocus(Qt.FocusReason.OtherFocusReason)
 
     def show_branch(self) -> None:
         """Show ``branch``, keeping the widgets of the messages already shown in front (a
@@ -255,6 +265,8 @@ class ChatTab(QWidget):
             self.view.setUpdatesEnabled(True)
         self._sync_context_start()
         self.tool_turns.render()
+        if self.branch:
+            self.starters.setVisible(False)
         self.view.follow = True
         self.view.scroll_to_end()
 
