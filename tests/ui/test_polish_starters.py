@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
 
 from app.ui.tab_intro import BASE_STARTERS, BASE_TEXT, CHAT_STARTERS
 from tests.engine.test_template_choice import write_gemma_vocab_model
@@ -34,10 +35,19 @@ def test_a_starter_fills_the_composer_and_sends_nothing(qtbot: Any, make_window:
     assert tab.composer.hasFocus() or window.focusWidget() is tab.composer
     assert tab.composer.textCursor().atEnd()  # the user goes on typing
     assert not tab.generating and tab.db.get_thread(tab.cid) == []  # nothing was sent
-    # the keyboard: each starter takes the focus with Tab, Space presses it
-    second = starters.buttons[1]
-    assert second.focusPolicy() & Qt.FocusPolicy.TabFocus
-    second.setFocus(Qt.FocusReason.TabFocusReason)
+    # the keyboard: Tab goes on from the message box to the starters, Space presses one
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is window, timeout=5000)
+    focused: list[Any] = []
+    tab.composer.setFocus()
+    for _ in range(6):
+        qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_Tab)
+        focused.append(QApplication.focusWidget())
+        if focused[-1] in starters.buttons:
+            break
+    assert focused[-1] is starters.buttons[0], focused
+    qtbot.keyClick(starters.buttons[0], Qt.Key.Key_Tab)
+    second = QApplication.focusWidget()
+    assert second is starters.buttons[1]
     qtbot.keyClick(second, Qt.Key.Key_Space)
     assert tab.composer.toPlainText() == CHAT_STARTERS[1][1]
     # once the chat has messages, they go
