@@ -385,6 +385,11 @@ class ChatTab(QWidget):
         )
         self.edit_banner.setVisible(True)
 
+    def forget_edit(self, message_id: int) -> None:
+        """The message being edited was deleted: the edit ends (the typed text stays)."""
+        if self._editing == message_id:
+            self._cancel_edit()
+
     def _cancel_edit(self) -> None:
         self._editing = None
         self.view.set_editing(None)

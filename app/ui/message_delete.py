@@ -44,6 +44,8 @@ class DeletingTab(Protocol):
 
     def leaf_id(self) -> int | None: ...
 
+    def forget_edit(self, message_id: int) -> None: ...
+
 
 def ask_delete(tab: DeletingTab, parent: QWidget, message_id: int) -> QMessageBox | None:
     """Ask whether to delete the message (a window-modal question, opened, not exec'd);
@@ -89,6 +91,7 @@ def delete_now(tab: DeletingTab, message_id: int) -> None:
         if isinstance(outcome, BaseException):
             tab.notify(str(outcome))
             return
+        tab.forget_edit(message_id)  # an edit of the deleted message has nothing to replace
         # the leaf it showed, unless that was the deleted message (then the one storage chose)
         tab.load_thread(None if shown_leaf == message_id else shown_leaf)
         tab.host.conversation_changed(tab.cid)

@@ -66,7 +66,10 @@ def test_one_message_is_deleted_and_the_next_prompt_lacks_it(qtbot: Any, make_wi
     qtbot.wait(50)
     assert "secret zebra words" in [w.data.content for w in tab.view.messages()]
 
-    # Delete deletes just that message: its reply stays, after the message above it
+    # Delete deletes just that message: its reply stays, after the message above it (an
+    # edit of it under way ends)
+    tab.edit(widget_of(tab, "secret zebra words").data.id)
+    assert tab.edit_banner.isVisibleTo(tab)
     qtbot.mouseClick(widget_of(tab, "secret zebra words").delete_button, Qt.MouseButton.LeftButton)
     box = question(qtbot, tab)
     confirm = box.findChild(QPushButton, "delete-message-confirm")
@@ -78,6 +81,8 @@ def test_one_message_is_deleted_and_the_next_prompt_lacks_it(qtbot: Any, make_wi
     )
     assert [w.data.id for w in tab.view.messages() if w.data.role == "assistant"] == replies
     assert all(m.content != "secret zebra words" for m in window.db.get_thread(tab.cid))
+    assert not tab.edit_banner.isVisibleTo(tab)
+    tab.composer.clear()
 
     # the next turn re-reads from there: its prompt holds the first message, not the deleted
     send(qtbot, tab, "after the delete")
