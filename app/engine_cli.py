@@ -309,13 +309,17 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def context_settings(args: argparse.Namespace, n_seq: int) -> ContextSettings:
     """``run``'s context from its flags, validated (errors name the flag)."""
     from app.engine import ContextSettings
+    from app.engine.threads import clamp_threads
 
     given = schema_values(args, RUN_CONTEXT)
     threads = given.pop("n_threads", None)
     settings = ContextSettings(**given, n_seq_max=max(1, n_seq))
     if isinstance(settings.n_batch, int):
         settings.n_ubatch = min(512, settings.n_batch)
-    if threads is not None:  # -t sets both; 0 or negative is refused by validation
+    if threads is not None:  # -t sets both; under 1 is used as 1, in one sentence
+        threads, note = clamp_threads(threads)
+        if note is not None:
+            print(f"llamadesk: {note}", file=sys.stderr)
         settings.n_threads = settings.n_threads_batch = threads
     _checked(settings)
     for warning in settings.thread_warnings():  # said before the model loads

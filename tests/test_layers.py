@@ -200,7 +200,16 @@ def test_no_big_module() -> None:
 
 # The calls that write a conversation's messages: storage's own, and the session recorder's.
 MESSAGE_WRITES = frozenset(
-    {"add_message", "begin_reply", "update_reply", "finish_reply", "record_exchange", "end_reply"}
+    {
+        "add_message",
+        "begin_reply",
+        "update_reply",
+        "finish_reply",
+        "record_exchange",
+        "end_reply",
+        "delete_message",
+        "delete_branch",
+    }
 )
 # Where they may be called: storage (which defines them) and the session (whose recorder is
 # the one writer of every client's messages).

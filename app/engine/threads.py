@@ -20,6 +20,9 @@ from __future__ import annotations
 import os
 from typing import Final
 
+# the one clamp of a thread count and its sentence (settings files, flags, Preferences)
+from app.settings_schema.machine_defaults import clamp_threads as clamp_threads
+
 #: libgomp's spin rounds at a barrier before sleeping (its default: 300,000).
 APP_SPINCOUNT: Final = 1_000
 # Set to "0" to leave libgomp's defaults alone (the benchmark's bare loop does).
@@ -61,10 +64,3 @@ def thread_warnings(n_threads: int, n_threads_batch: int, cores: int | None = No
             f"core{plural}: the extra threads only wait for a core. Use at most {cores}."
         )
     return notes
-
-
-def clamp_threads(value: int) -> tuple[int, str | None]:
-    """A thread count of at least 1, and the sentence saying so when it was raised."""
-    if value >= 1:
-        return value, None
-    return 1, f"A thread count of {value} is not possible: 1 thread is used."

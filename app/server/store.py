@@ -26,8 +26,13 @@ T = TypeVar("T")
 class ConversationStore:
     """Storage calls on a private thread (``Database`` is one connection per thread)."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(
+        self, path: Path | None, stored: Callable[[int, bool], None] | None = None
+    ) -> None:
+        """``stored(conversation_id, created)``: told after a conversation's row is made
+        or a turn is stored (a window's session passes it on to its conversation list)."""
         self._path = path
+        self._stored = stored
         self._db: Database | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-storage")
 
@@ -55,6 +60,8 @@ class ConversationStore:
     def create(self, name: str) -> int:
         def work(db: Database) -> int:
             conv = db.create_conversation(f"API: {name}", sampling={NAME_KEY: name})
+            if self._stored is not None:
+                self._stored(conv.id, True)
             return conv.id
 
         return self._run(work).result()
@@ -95,6 +102,8 @@ class ConversationStore:
 
         def work(db: Database) -> None:
             Recorder(db).record_exchange(conversation_id, system, messages, reply.content, meta)
+            if self._stored is not None:
+                self._stored(conversation_id, False)
 
         future = self._run(work)
         future.add_done_callback(_log_failure)

@@ -200,6 +200,25 @@ class Inspect:
 
 
 @dataclass(frozen=True)
+class DeleteMessage:
+    """Delete one stored message of the conversation (its replies move up to its parent);
+    refused while the conversation answers. The reply is set when it is done."""
+
+    conversation_id: ConversationId
+    message_id: int
+    reply: Future[None]
+
+
+@dataclass(frozen=True)
+class TellStored:
+    """Tell the session's subscribers that a conversation was stored by another client
+    (:class:`~app.session.events.ConversationStored`)."""
+
+    conversation_id: ConversationId
+    created: bool
+
+
+@dataclass(frozen=True)
 class Shutdown:
     pass
 
@@ -223,5 +242,7 @@ Command = (
     | SaveStateFile
     | RestoreStateFile
     | Inspect
+    | DeleteMessage
+    | TellStored
     | Shutdown
 )

@@ -204,6 +204,16 @@ class ShutdownComplete:
     pass
 
 
+@dataclass(frozen=True)
+class ConversationStored:
+    """A client other than the session's own recorder (the API server) created a
+    conversation's row or stored a turn in it: a list of conversations shows the new row,
+    or refreshes its title and time, without a restart."""
+
+    conversation_id: int
+    created: bool  # True: the row is new
+
+
 SessionEvent = (
     ModelLoadProgress
     | ModelLoaded
@@ -215,4 +225,5 @@ SessionEvent = (
     | MemoryStats
     | SessionError
     | ShutdownComplete
+    | ConversationStored
 )

@@ -192,6 +192,14 @@ class Recorder:
             return None
         return self.finish_reply(message_id, text, meta)
 
+    def delete_message(self, conversation_id: int, message_id: int) -> None:
+        """One message of the conversation goes; its replies move up to its parent."""
+        if self.db.get_message(message_id).conversation_id != conversation_id:
+            raise LlamaDeskError(
+                f"Message {message_id} is not part of conversation {conversation_id}; reload it."
+            )
+        self.db.delete_message(message_id)
+
     def record_exchange(
         self,
         conversation_id: int,

@@ -105,6 +105,31 @@ class Recording:
             )
         )
 
+    @on_session_thread
+    def delete_message(self, command: cmd.DeleteMessage) -> None:
+        """Delete a stored message (not while the conversation answers: its reply is being
+        written below it). The conversation's cache is then not trusted past the message:
+        the next turn's prompt is made from the stored thread, and the engine keeps only
+        the tokens it shares with the sequence (the prefix before the deleted message), so
+        it re-reads from there; a regenerate does not repeat the last turn's messages."""
+        reply, cid = command.reply, command.conversation_id
+        if not reply.set_running_or_notify_cancel():
+            return
+        conv = self._registry.get(cid)
+        recorder = self._records.recorder()
+        try:
+            if cid in self._pending or (conv is not None and conv.turn is not None):
+                raise LlamaDeskError("This conversation is answering: stop it first.")
+            if recorder is None:
+                raise LlamaDeskError(NO_DATABASE)
+            recorder.delete_message(cid, command.message_id)
+        except LlamaDeskError as exc:
+            reply.set_exception(exc)
+            return
+        if conv is not None:
+            conv.last_turn = None
+        reply.set_result(None)
+
     def _refuse(self, command: cmd.Answer, error: LlamaDeskError) -> None:
         """Nothing was recorded: the error is the reply's, and the turn ends failed."""
         command.reply.set_exception(error)

@@ -370,6 +370,22 @@ class Session:
         self.post(cmd.Inspect(ConversationId(conversation_id), future))
         return future
 
+    def remove_message(self, conversation_id: int, message_id: int) -> Future[None]:
+        """Delete one stored message of the conversation; its replies move up to its
+        parent. Refused (the future's exception) while the conversation answers. The next
+        turn re-reads the conversation from where the message was (see
+        :meth:`~app.session.recording.Recording.delete_message`)."""
+        future: Future[None] = Future()
+        self.post(cmd.DeleteMessage(ConversationId(conversation_id), message_id, future))
+        return future
+
+    def tell_stored(self, conversation_id: int, created: bool = False) -> None:
+        """A client that stores conversations itself (the API server's store) created the
+        row (``created``) or stored a turn: the session's subscribers hear
+        :class:`~app.session.events.ConversationStored`, on the session thread like every
+        session event, so a window lists it without a restart."""
+        self.post(cmd.TellStored(ConversationId(conversation_id), created))
+
     def shutdown(self) -> None:
         """Stop everything, save every conversation's state, free the engine on the session
         thread; ``ShutdownComplete`` is emitted, then the thread ends."""
@@ -438,6 +454,11 @@ class Session:
                 conversations.restore_file(command)
             case cmd.Inspect():
                 command.reply.set_result(conversations.snapshot(command.conversation_id))
+            case cmd.DeleteMessage():
+                self._recording.delete_message(command)
+            case cmd.TellStored():
+                stored = ev.ConversationStored(command.conversation_id, command.created)
+                self._outbox.emit_session(stored)
             case cmd.Shutdown():
                 self._models.release()
                 self._thread.close()

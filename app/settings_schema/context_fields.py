@@ -17,7 +17,11 @@ from app.settings_schema.llama_values import (
     POOLING,
     ROPE_SCALING,
 )
-from app.settings_schema.machine_defaults import default_batch_threads, default_threads
+from app.settings_schema.machine_defaults import (
+    clamp_threads,
+    default_batch_threads,
+    default_threads,
+)
 
 
 def _choices(options: dict[str, Any], labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
@@ -129,6 +133,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             minimum=1,
             maximum=512,
             unit="threads",
+            raise_low=clamp_threads,  # a stored 0 is used as 1, and said so
             apply=Apply.LIVE,
             group=T,
             cli=CliOption(
@@ -147,6 +152,7 @@ def _context_fields() -> tuple[FieldSpec, ...]:
             minimum=1,
             maximum=512,
             unit="threads",
+            raise_low=clamp_threads,
             apply=Apply.LIVE,
             group=BT,
             advanced=True,

@@ -84,6 +84,10 @@ class FieldSpec:
     advanced: bool = False
     # One sentence per choice (value -> help), for the choice's tooltip in a combo box.
     choice_help: tuple[tuple[str, str], ...] = ()
+    # How a stored number below the minimum is raised, with the sentence saying so (the
+    # thread counts: :func:`app.settings_schema.machine_defaults.clamp_threads`); None:
+    # the generic clamp of :meth:`migrate`.
+    raise_low: Callable[[int], tuple[int, str | None]] | None = None
 
     # -- values --------------------------------------------------------------------------
 
@@ -179,6 +183,10 @@ class FieldSpec:
         if self.problem(value) is None:
             return value, None
         number = isinstance(value, int | float) and not isinstance(value, bool)
+        if self.raise_low is not None and isinstance(value, int) and not isinstance(value, bool):
+            raised, sentence = self.raise_low(value)
+            if sentence is not None and self.problem(raised) is None:
+                return raised, sentence
         if (
             number
             and self.kind in ("int", "float")

@@ -45,7 +45,8 @@ Messages (a tree: editing = a sibling, regenerating = a sibling reply)
     ``content`` only. A "partial" message found while
     nothing is generating was interrupted (crash). Navigation: ``get_thread(cid,
     leaf_id=None)``, ``children(mid)``, ``siblings(mid)``, ``sibling_position(mid) ->
-    (i, n)``, ``leaf_of(mid)``, ``set_current_leaf(cid, mid)``, ``delete_branch(mid)``.
+    (i, n)``, ``leaf_of(mid)``, ``set_current_leaf(cid, mid)``, ``delete_branch(mid)``,
+    ``delete_message(mid)`` (one message; its replies move up to its parent).
 
 Tabs, search, models
     ``save_tabs(tabs, active_conversation_id)`` / ``load_tabs() -> (tabs, active_id)``.

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal, Slot
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (
     QApplication,
     QHBoxLayout,
@@ -47,9 +47,10 @@ from app.ui.chat_view import ChatView
 from app.ui.composer import Composer, ConversationSettings
 from app.ui.context_meter import ContextMeter
 from app.ui.message_bar import MessageBar
+from app.ui.message_delete import ask_delete
 from app.ui.tab_choices import TabChoices
 from app.ui.tab_host import TabHost
-from app.ui.tab_intro import intro_text, sharing_text, sharing_tip
+from app.ui.tab_intro import Starters, intro_text, sharing_text, sharing_tip
 from app.ui.tab_reply import ReplyBuffer
 from app.ui.tab_status import (
     MeterFigures,
@@ -200,6 +201,8 @@ class ChatTab(QWidget):
         row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
         row.addWidget(self.stop_button, 0, Qt.AlignmentFlag.AlignBottom)
         layout.addLayout(row)
+        self.starters = Starters(self.start_with)  # under the empty chat, above its status
+        layout.insertWidget(1, self.starters)
 
         self.choices.init_policy()
         self.choices.init_reasoning()
@@ -232,7 +235,15 @@ class ChatTab(QWidget):
     def show_intro(self) -> None:
         """What an empty chat shows: the model, its kind, context and template."""
         ready = self.host.model_ready()
-        self.view.set_placeholder(intro_text(self.host.loaded_model() if ready else None))
+        model = self.host.loaded_model() if ready else None
+        self.view.set_placeholder(intro_text(model))
+        self.starters.show_for(model, empty=not self.branch)
+
+    def start_with(self, text: str) -> None:
+        """A starter's text in the composer, to finish and send (nothing is sent)."""
+        self.composer.setPlainText(text)
+        self.composer.moveCursor(QTextCursor.MoveOperation.End)
+        self.composer.setFocus(Qt.FocusReason.OtherFocusReason)
 
     def show_branch(self) -> None:
         """Show ``branch``, keeping the widgets of the messages already shown in front (a
@@ -248,10 +259,14 @@ class ChatTab(QWidget):
             self.view.keep_first(keep)
             for message in self.branch[keep:]:
                 self.view.append(message_data(self.db, message))
+            if self.generating:  # the new ones too: no edit, delete... while it answers
+                self.view.set_actions_enabled(False)
         finally:
             self.view.setUpdatesEnabled(True)
         self._sync_context_start()
         self.tool_turns.render()
+        if self.branch:
+            self.starters.setVisible(False)
         self.view.follow = True
         self.view.scroll_to_end()
 
@@ -370,6 +385,11 @@ class ChatTab(QWidget):
         )
         self.edit_banner.setVisible(True)
 
+    def forget_edit(self, message_id: int) -> None:
+        """The message being edited was deleted: the edit ends (the typed text stays)."""
+        if self._editing == message_id:
+            self._cancel_edit()
+
     def _cancel_edit(self) -> None:
         self._editing = None
         self.view.set_editing(None)
@@ -436,6 +456,8 @@ class ChatTab(QWidget):
         elif name == "fork":
             if not self.generating:
                 self.host.fork_tab(self.cid, message_id)
+        elif name == "delete":  # asked first; the session deletes it (app.ui.message_delete)
+            ask_delete(self, self, message_id)
         elif name == "prev":
             self.navigate(message_id, -1)
         elif name == "next":

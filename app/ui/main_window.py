@@ -50,7 +50,7 @@ from app.ui.window_conversations import PURGE_AFTER_S, WindowConversations
 from app.ui.window_hub import WindowHub
 from app.ui.window_menus import WindowMenus
 from app.ui.window_models import WindowModels
-from app.ui.window_settings import WindowSettings
+from app.ui.window_settings import WindowSettings, saved_thread_notes
 from app.ui.window_shutdown import SHUTDOWN_TIMEOUT_MS, WindowShutdown
 from app.ui.window_status import WindowStatus
 from app.ui.window_tabs import WindowTabs
@@ -87,6 +87,8 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.db = db
         self.read_only = read_only
+        # read before loading: the loader raises a 0 to 1 (and may write the file back)
+        self._thread_notes = saved_thread_notes(paths.settings_path()) if settings is None else []
         self.app_settings = settings if settings is not None else load_settings(AppSettings)
         self.store = (
             store
@@ -213,6 +215,8 @@ class MainWindow(QMainWindow):
                 self.show_message(event.message)
             case ev.ShutdownComplete():
                 self._on_shutdown_done()
+            case ev.ConversationStored():  # an API client's conversation: listed at once
+                self.sidebar.schedule_refresh()
 
     # ================================================================ start
 
@@ -230,6 +234,8 @@ class MainWindow(QMainWindow):
             except LlamaDeskError as exc:
                 log.warning("purge failed: %s", exc)
         self.sidebar.refresh()
+        for note in self._thread_notes:  # a thread count of 0 in settings.json
+            self.show_message(note, error=False)
         if not self.read_only:
             self.downloads.restored.connect(self.hub_ui.on_downloads_restored)
             self.downloads.restore_pending()

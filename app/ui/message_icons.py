@@ -22,7 +22,7 @@ def blank_icon() -> QIcon:
 
 
 def action_icon(name: str, color: QColor) -> QIcon:
-    """A 16 px line icon: copy, edit, regenerate, fork or copied (a check mark)."""
+    """A 16 px line icon: copy, edit, regenerate, fork, delete or copied (a check mark)."""
     key = (name, color.name())
     icon = _icons.get(key)
     if icon is not None:
@@ -60,6 +60,15 @@ def action_icon(name: str, color: QColor) -> QIcon:
         path = QPainterPath(QPointF(11.5, 7.1))
         path.cubicTo(QPointF(11.5, 10), QPointF(5, 8.5), QPointF(4.6, 10.9))
         p.drawPath(path)
+    elif name == "delete":  # a bin: lid, handle, body with two lines
+        p.drawLine(QPointF(2.5, 4.5), QPointF(13.5, 4.5))
+        p.drawPolyline(
+            QPolygonF([QPointF(6, 4.5), QPointF(6.5, 2.5), QPointF(9.5, 2.5), QPointF(10, 4.5)])
+        )
+        body = [(4, 4.5), (4.8, 13.5), (11.2, 13.5), (12, 4.5)]
+        p.drawPolyline(QPolygonF([QPointF(x, y) for x, y in body]))
+        p.drawLine(QPointF(6.8, 6.8), QPointF(7, 11.3))
+        p.drawLine(QPointF(9.2, 6.8), QPointF(9, 11.3))
     elif name == "copied":
         p.drawPolyline(QPolygonF([QPointF(3, 8.5), QPointF(6.5, 12), QPointF(13, 4.5)]))
     p.end()

@@ -149,6 +149,10 @@ class MessageWidget(QFrame):
             "Fork from here: a new tab with the conversation up to this message",
         )
         header.addWidget(self.fork_button)
+        self.delete_button = self._icon_button(
+            "delete", "delete", "Delete", "Delete this message (the messages below it stay)"
+        )
+        header.addWidget(self.delete_button)
         layout.addLayout(header)
         self._copied = QTimer(self)
         self._copied.setSingleShot(True)

@@ -39,6 +39,7 @@ from app.ui.model_table import (
     recolor_broken_rows,
     same_file_key,
     show_status,
+    shown_names,
 )
 from app.ui.theme import colors
 
@@ -248,8 +249,9 @@ class ModelLibraryView(QWidget):
         try:
             table.clearSpans()
             table.setRowCount(len(self._entries))
+            names = shown_names(self._entries)  # two models of one name: their files too
             for row, entry in enumerate(self._entries):
-                fill_row(table, row, entry, lambda: self._free_memory, error)
+                fill_row(table, row, entry, lambda: self._free_memory, error, names[entry.path])
                 if selected is not None and entry.path == selected:
                     table.selectRow(row)
         finally:

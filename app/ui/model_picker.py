@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QMenu, QToolButton, QWidget
 
 from app import paths
 from app.storage import Database, StorageError
+from app.ui.model_table import folder_hints
 
 __all__ = ["ModelPicker", "PickerEntry"]
 
@@ -92,6 +93,7 @@ class ModelPicker(QToolButton):
         except StorageError as exc:
             log.info("library not listed: %s", exc)
             models = []
+        hints = folder_hints([entry.path for entry in models])  # one file name, two folders
         for entry in models:
             if _key(entry.path) in seen:
                 continue
@@ -99,6 +101,8 @@ class ModelPicker(QToolButton):
             meta = entry.metadata if entry.error is None else None
             name = str(meta.get("name") or "") if meta else ""
             label = f"{name} · {entry.name}" if name else entry.name
+            if hint := hints.get(entry.path):
+                label += f" in {hint}"
             if meta is None:
                 label += " (cannot be used)"
             out.append(PickerEntry(label, entry.path, meta is not None))

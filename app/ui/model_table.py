@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from PySide6.QtCore import Qt
@@ -23,10 +24,13 @@ __all__ = [
     "COLUMNS",
     "PATH_ROLE",
     "fill_row",
+    "folder_hints",
+    "model_name",
     "new_model_table",
     "recolor_broken_rows",
     "same_file_key",
     "show_status",
+    "shown_names",
 ]
 
 COLUMNS = (
@@ -59,6 +63,55 @@ def same_file_key(path: str) -> str:
         return os.path.normcase(os.path.abspath(path))
 
 
+def model_name(entry: ModelEntry) -> str:
+    """The name a model is listed by: its metadata's name, else the file's stem (a file
+    that cannot be read: its file name)."""
+    if entry.error is not None or entry.metadata is None:
+        return entry.name
+    return str(entry.metadata.get("name") or "") or Path(entry.path).stem
+
+
+def folder_hints(paths: Sequence[str]) -> dict[str, str]:
+    """Files of one name in different folders -> the end of each one's folder that tells
+    them apart (``models/old``); a file whose name no other file has is absent."""
+    by_file: dict[str, list[str]] = {}
+    for path in paths:
+        by_file.setdefault(os.path.normcase(PurePath(path).name), []).append(path)
+    hints: dict[str, str] = {}
+    for group in by_file.values():
+        if len(group) < 2:
+            continue
+        parents = [PurePath(path).parent.parts for path in group]
+        depth = 1
+        while depth < max(len(p) for p in parents) and len({p[-depth:] for p in parents}) < len(
+            parents
+        ):
+            depth += 1
+        for path, parts in zip(group, parents, strict=True):
+            hints[path] = str(PurePath(*parts[-depth:])) if parts else ""
+    return hints
+
+
+def shown_names(entries: Sequence[ModelEntry]) -> dict[str, str]:
+    """Path -> the text of its Name cell: the model's name; where two entries share it,
+    its file name too ("Gemma 3 · gemma-3-Q4_K_M.gguf"), and where the file names are the
+    same as well, the folder that tells them apart ("… · gemma-3.gguf in models/old")."""
+    names = {entry.path: model_name(entry) for entry in entries}
+    counts = Counter(name.casefold() for name in names.values())
+    hints = folder_hints([entry.path for entry in entries])
+    shown: dict[str, str] = {}
+    for entry in entries:
+        name = names[entry.path]
+        if counts[name.casefold()] < 2:
+            shown[entry.path] = name
+            continue
+        detail = entry.name if entry.name != name else ""
+        if hint := hints.get(entry.path):
+            detail = f"{detail} in {hint}".strip()
+        shown[entry.path] = f"{name} · {detail}" if detail else name
+    return shown
+
+
 def new_model_table() -> QTableWidget:
     """The empty table: whole rows selected one at a time, not editable."""
     table = QTableWidget(0, len(COLUMNS))
@@ -84,16 +137,18 @@ def fill_row(
     entry: ModelEntry,
     free_memory: Callable[[], int],
     error: QColor,
+    name: str | None = None,
 ) -> None:
     """Row ``row`` for ``entry``: its details and fit against ``free_memory()`` bytes (asked
     for readable files only), or (a broken file) why it cannot be used, in the ``error``
-    colour; the status cell is left empty."""
+    colour; the status cell is left empty. ``name``: the Name cell's text (default: the
+    model's name; a library passes :func:`shown_names`, which tells equal names apart)."""
     meta = entry.metadata if entry.error is None and entry.metadata is not None else None
     name_item = QTableWidgetItem()
     name_item.setData(PATH_ROLE, entry.path)
     tip = entry.path
+    name_item.setText(model_name(entry) if name is None else name)
     if meta is None:
-        name_item.setText(entry.name)
         reason = entry.error or "This file's details could not be read."
         tip += f"\n\n{reason}"
         cells = [name_item, QTableWidgetItem(f"Cannot be used: {reason}")]
@@ -107,8 +162,6 @@ def fill_row(
         table.setSpan(row, 1, 1, _COL_FILE - 1)
         fit = None
     else:
-        display = str(meta.get("name") or "") or Path(entry.path).stem
-        name_item.setText(display)
         tip += f"\nFile: {entry.name}"
         values = [
             name_item,

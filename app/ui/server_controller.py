@@ -201,7 +201,8 @@ class ServerController(QObject):
         """On a pool thread: the service (a database read), the bind, then serving (until
         the teardown shuts the listener down)."""
         try:
-            store = ConversationStore(paths.database_path())
+            # the window's conversation list hears of API conversations as they are stored
+            store = ConversationStore(paths.database_path(), self.session.tell_stored)
             service = ApiService(
                 self.session,
                 config,

@@ -177,7 +177,9 @@ class Sidebar(QWidget):
     # -- the window's API ----------------------------------------------------------------
 
     def schedule_refresh(self) -> None:
-        if not self._stopped:
+        """Refresh within the debounce interval, however many ask meanwhile (an API
+        client's turns in a row: a restart each time would put it off while they last)."""
+        if not self._stopped and not self._timer.isActive():
             self._timer.start()
 
     def stop_refreshing(self) -> None:

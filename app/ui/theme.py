@@ -162,11 +162,26 @@ def apply_theme(theme: str, app: QApplication | None = None) -> None:
             hints.unsetColorScheme()
         instance.setStyle(_system_style)
         instance.setPalette(QPalette())  # back to the platform's palette
-        return
-    if hints is not None:
-        hints.setColorScheme(Qt.ColorScheme.Dark if theme == "dark" else Qt.ColorScheme.Light)
-    instance.setStyle("Fusion")
-    instance.setPalette(dark_palette() if theme == "dark" else light_palette())
+    else:
+        if hints is not None:
+            hints.setColorScheme(Qt.ColorScheme.Dark if theme == "dark" else Qt.ColorScheme.Light)
+        instance.setStyle("Fusion")
+        instance.setPalette(dark_palette() if theme == "dark" else light_palette())
+    restyle(instance)
+
+
+def restyle(instance: QApplication) -> None:
+    """Re-apply the style sheets that name palette colours. Qt resolves ``palette(base)``
+    in a style sheet when the sheet is applied, not when the palette changes: a notice
+    shown before a switch to dark kept the light base colour (a white strip along the
+    bottom of the dark window)."""
+    sheet = instance.styleSheet()
+    if "palette(" in sheet:
+        instance.setStyleSheet(sheet)
+    for widget in instance.allWidgets():
+        own = widget.styleSheet()
+        if "palette(" in own:
+            widget.setStyleSheet(own)
 
 
 def is_dark(widget: QWidget | None = None) -> bool:

@@ -4,7 +4,9 @@ apply"), the preferences dialog, the theme, and saving the app settings."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QTimer
@@ -13,6 +15,7 @@ from PySide6.QtWidgets import QMainWindow
 from app.engine import ContextSettings, Engine, ModelInfo
 from app.engine.chat_template import TemplateChoice, user_template_problem
 from app.engine.settings import ModelSettings
+from app.engine.threads import clamp_threads
 from app.errors import LlamaDeskError
 from app.session import LoadedModel
 from app.storage import save_settings
@@ -23,6 +26,24 @@ if TYPE_CHECKING:
     from app.ui.preferences import PreferencesDialog
     from app.ui.settings_panel import SettingsPanel
     from app.ui.window_protocols import SettingsWindow
+
+
+def saved_thread_notes(path: Path) -> list[str]:
+    """What the window says of thread counts under 1 in the settings file (the loader
+    used them as 1, with :func:`~app.engine.threads.clamp_threads`, whose sentence this
+    is): one sentence, however many of the counts were under 1."""
+    try:
+        context = json.loads(path.read_text(encoding="utf-8")).get("context")
+    except (OSError, ValueError, AttributeError):
+        return []  # no file, or one the loader already said it could not read
+    notes: list[str] = []
+    for name in ("n_threads", "n_threads_batch"):
+        value = context.get(name) if isinstance(context, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            note = clamp_threads(value)[1]
+            if note is not None and note not in notes:
+                notes.append(note)
+    return notes
 
 
 class WindowSettings:

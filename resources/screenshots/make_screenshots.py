@@ -1,5 +1,8 @@
 """The README's screenshots of issue 20 (templates, true figures, polish), from the real
-window on a real (virtual) screen.
+window on a real (virtual) screen: a base model's new chat and its template, the meter
+while a reply streams, two tabs sharing the thread, stop strings, a new chat's starters
+with an API client's conversation listed at once, deleting one message, and dark mode
+after a switch with a notice showing (no light strip).
 
 Run under Xvfb with Qt's xcb platform (DESIGN.md section 4 lists the libraries):
 
@@ -47,6 +50,17 @@ def save(widget: Any, name: str) -> None:
     print(path)
 
 
+def save_screen(window: Any, name: str) -> None:
+    """The window as the screen shows it, with the dialogs open over it."""
+    from PySide6.QtGui import QGuiApplication  # noqa: TID251
+
+    settle()
+    screen = QGuiApplication.primaryScreen()
+    path = HERE / name
+    screen.grabWindow(0).copy(window.geometry()).save(str(path))
+    print(path)
+
+
 def open_window(model: Path, context: dict[str, Any], **extra: Any) -> tuple[Any, Any]:
     from app import paths
     from app.storage import Database
@@ -75,6 +89,36 @@ def set_sampling(tab: Any, **values: Any) -> None:
     tab.db.update_conversation_settings(tab.cid, sampling=sampling)
     tab.conversation = tab.db.get_conversation(tab.cid)
     tab.settings.set_values(tab.conversation.system_prompt, tab.conversation.sampling)
+
+
+def api_conversation(window: Any) -> None:
+    """Start the window's server and name a conversation from an HTTP client (a thread;
+    the event loop keeps running): the sidebar lists it when it is stored."""
+    import threading
+
+    import httpx2
+
+    from app.server.app_settings import ServerAppSettings
+
+    controller = window.server
+    controller.update_settings(ServerAppSettings(port=0))
+    controller.start()
+    if not spin(lambda: controller.running, 20):
+        print("the server did not start:", controller.status.message)
+        return
+    before = {r.conversation_id for r in window.sidebar.model.rows}
+    body = {
+        "messages": [{"role": "user", "content": "Hello from a script"}],
+        "max_tokens": 8,
+        "conversation": "from-a-script",
+    }
+    url = f"{controller.url}/v1/chat/completions"
+    thread = threading.Thread(target=lambda: httpx2.post(url, json=body, timeout=60))
+    thread.start()
+    spin(lambda: not thread.is_alive(), 60)
+    spin(lambda: {r.conversation_id for r in window.sidebar.model.rows} - before, 10)
+    controller.stop()
+    spin(lambda: not controller.running, 10)
 
 
 def main() -> int:
@@ -134,6 +178,32 @@ def main() -> int:
     third.settings_button.setChecked(True)
     third.stop_strings.setPlainText("\\nUser:\nThe end")
     save(window, "issue20-new-chat-and-stop-strings.png")
+    third.settings_button.setChecked(False)
+
+    # 6: an API client's conversation is in the list at once; a new chat's starters
+    api_conversation(window)
+    fourth = window.new_tab()
+    assert fourth is not None
+    save(window, "issue20-new-chat-starters-and-api-chat.png")
+
+    # 6: a single message deleted: the question says what becomes of the replies below
+    window.tab_widget.setCurrentWidget(first)
+    settle()
+    first.view.messages()[0].delete_button.click()
+    save_screen(window, "issue20-delete-message.png")
+    from PySide6.QtWidgets import QMessageBox  # noqa: TID251
+
+    box = first.findChild(QMessageBox, "delete-message")
+    if box is not None:
+        box.reject()
+
+    # 6: dark mode, switched from light with a notice showing: no light strip
+    window.set_theme("light")
+    window.show_message("A notice shown before the switch to dark.", error=False)
+    window.set_theme("dark")
+    window.tab_widget.setCurrentWidget(fourth)
+    save(window, "issue20-dark-no-light-strip.png")
+    window.set_theme("system")
     close(window, db)
     app.processEvents()
     return 0

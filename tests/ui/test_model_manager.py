@@ -421,7 +421,7 @@ def test_two_quantizations_of_one_model_are_told_apart_by_file_name(
     manager = make_manager(qtbot, db)
     listed = rows(manager)
     file_col = COLUMNS.index("File")
-    assert listed["same-Q4_K_M.gguf"][0] == listed["same-Q8_0.gguf"][0] == "Same Model"
+    assert listed["same-Q4_K_M.gguf"][0] == "Same Model · same-Q4_K_M.gguf"
     assert listed["same-Q4_K_M.gguf"][file_col] == "same-Q4_K_M.gguf"
     assert listed["same-Q8_0.gguf"][file_col] == "same-Q8_0.gguf"
     manager.set_loaded(str(folder / "same-Q8_0.gguf"))

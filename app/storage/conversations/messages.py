@@ -282,6 +282,34 @@ class MessagesMixin(ConversationRecordsMixin):
             )
         return ids
 
+    def delete_message(self, message_id: int) -> None:
+        """Delete one message and keep what is below it: its replies move up to its parent
+        (a first message's become first messages), as a chat app's "delete this message"
+        does (:meth:`delete_branch` deletes them too). A message without replies goes as
+        :meth:`delete_branch` takes it (the parent's newest branch becomes current)."""
+        message = self.get_message(message_id)
+        children = self._all("SELECT id FROM messages WHERE parent_id = ?", (message_id,))
+        if not children:
+            self.delete_branch(message_id)
+            return
+        below = self.leaf_of(int(children[-1][0]))  # the newest branch under it
+        with self.transaction() as conn:
+            conn.execute(
+                "UPDATE messages SET parent_id = ? WHERE parent_id = ?",
+                (message.parent_id, message_id),
+            )
+            # a tab or the conversation that pointed at it shows the branch below
+            conn.execute("UPDATE tabs SET leaf_id = ? WHERE leaf_id = ?", (below, message_id))
+            conn.execute(
+                "UPDATE conversations SET current_leaf_id = ? WHERE id = ? AND current_leaf_id = ?",
+                (below, message.conversation_id, message_id),
+            )
+            conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+            conn.execute(
+                "UPDATE conversations SET updated_at = ? WHERE id = ?",
+                (self._now(), message.conversation_id),
+            )
+
     def fork_conversation(self, conversation_id: int, up_to_message_id: int) -> Conversation:
         """A new conversation with the same settings holding a copy of the thread root ->
         ``up_to_message_id`` (one branch, statuses, figures and reasoning kept)."""
