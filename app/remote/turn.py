@@ -56,6 +56,7 @@ from app.remote.faults import (
     status_fault,
     transport_fault,
 )
+from app.remote.room import ContextRoom, fit
 from app.remote.wire import CallPiece, Chunk, Figures, read_chunk
 
 CONNECT_RETRIES = 2  # more tries after a refused connection
@@ -152,9 +153,11 @@ class RemoteTurn:
         reasoning: ReasoningFormat,
         *,
         tokens: TokenRoute | None = None,
+        room: ContextRoom | None = None,
     ) -> None:
         """``tokens``: take the token route (the turn's sampling, what the last turn left
-        in the cache, the engine's renderer, the turn's reasoning options)."""
+        in the cache, the engine's renderer, the turn's reasoning options). ``room``: cap
+        the reply to the room the server's context has left (:mod:`app.remote.room`)."""
         self.key = key
         self._line = line
         self._conn = conn
@@ -166,6 +169,7 @@ class RemoteTurn:
         self._last_at = 0.0
         self._n_pieces = 0
         self._tokens = tokens
+        self._room = room
         self._prepared: Prepared | None = None
         self._reply: list[str] = []
         self._reply_tokens: list[int] = []
@@ -197,16 +201,18 @@ class RemoteTurn:
         self._sink(ended)
 
     def _attempts(self) -> Ended:
-        if self._tokens is not None:
-            sampling, held, renderer, reasoning = self._tokens
-            client = self._line.client
-            try:
+        client = self._line.client
+        try:
+            if self._tokens is not None:
+                sampling, held, renderer, reasoning = self._tokens
                 text = renderer.render(client, self._conn, self._body, reasoning)
                 self._prepared = prepare(self._body, sampling, held, text)
-            except RemoteError as exc:
-                if self._cancelled.is_set():
-                    return self._ended(None, None, cancelled=True)
-                return self._ended(None, None, exc.fault)
+            if self._room is not None:
+                self._fit_room(client, self._room)
+        except RemoteError as exc:
+            if self._cancelled.is_set():
+                return self._ended(None, None, cancelled=True)
+            return self._ended(None, None, exc.fault)
         backoff = CONNECT_BACKOFF_S
         connect_tries = 0
         waited_429 = False
@@ -233,6 +239,16 @@ class RemoteTurn:
                     return self._ended(None, None, cancelled=True)
                 continue
             return ended
+
+    def _fit_room(self, client: httpx2.Client, room: ContextRoom) -> None:
+        """Cap the reply to the server's context (raises RemoteError when it is full)."""
+        prepared = self._prepared
+        n = fit(client, self._conn, room, self._body, prepared.prompt_text if prepared else None)
+        if n == room.max_tokens:
+            return
+        self._body = {**self._body, "max_tokens": n}
+        if prepared is not None:
+            self._prepared = dataclasses.replace(prepared, body={**prepared.body, "n_predict": n})
 
     def _once(self) -> Ended:
         prepared = self._prepared
