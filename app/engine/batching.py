@@ -119,6 +119,7 @@ def measure(ctx: Context, model: Model) -> BatchingChoice:
             single_ms.append(run([(0, pos + 1)]) + run([(1, pos + 1)]))
 
     try:
+        ctx.use_prompt_threads(False)  # generated tokens: the threads the scheduler gives them
         run([(0, 0), (1, 0)])  # warm-up, and the first cells
         rounds(0, _REPEATS)
         if choose(min(batch_ms), min(single_ms), threads).mode is BatchMode.TURNS:

@@ -1,11 +1,18 @@
 """The batching choice for a given measured cost (issue 20, item 2), pinned: which mode a
-load picks from the figures its measurement gave, and what it says about them."""
+load picks from the figures its measurement gave, and what it says about them; and the
+threads several generating tabs decode with."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import llama_cpp
 import pytest
 
+from app.engine import Engine, SamplingParams
 from app.engine.batching import BatchMode, choose
+from app.engine.threads import decode_threads
+from tests.support.settings import small_settings
 
 
 @pytest.mark.parametrize(
@@ -58,3 +65,44 @@ def test_the_reason_gives_the_figures_and_the_threads() -> None:
         "n_threads": 2,
         "pinned": False,
     }
+
+
+def test_decode_threads_give_generated_tokens_the_generation_threads() -> None:
+    assert decode_threads(1, 2, prompt=True) == (1, 2)
+    assert decode_threads(1, 2, prompt=False) == (1, 1)
+    assert decode_threads(3, 3, prompt=False) == (3, 3)
+
+
+def test_several_tabs_generating_decode_with_the_generation_threads(tiny_model: Path) -> None:
+    """llama.cpp takes n_threads_batch for any batch of more than one token: two tabs'
+    tokens alone must not run on the prompt threads (every core: the cliff)."""
+    with Engine.open(tiny_model, small_settings(n_threads=1, n_threads_batch=2)) as engine:
+        engine.pin_batching(BatchMode.BATCHED)
+        ctx = engine.context
+        assert ctx is not None
+
+        def live() -> tuple[int, int]:
+            return (
+                int(llama_cpp.llama_n_threads(ctx.handle)),
+                int(llama_cpp.llama_n_threads_batch(ctx.handle)),
+            )
+
+        params = SamplingParams(temperature=0, max_tokens=8)
+        keys = [engine.open_sequence() for _ in range(2)]
+        for key, text in zip(keys, ("hello world", "the model"), strict=True):
+            engine.set_prompt(key, text)
+            engine.start(key, params)
+        engine.step()  # both prompts in one batch: the prompt threads
+        assert live() == (1, 2)
+        engine.step()  # both tabs' tokens alone
+        assert live() == (1, 1)
+        late = engine.open_sequence()  # a prompt joins the generating tabs' batch
+        engine.set_prompt(late, "one two three four five")
+        engine.start(late, params)
+        engine.step()
+        assert live() == (1, 2)
+        while engine.has_work():
+            engine.step()
+        assert live() == (1, 1)
+        # The settings are untouched: a rebuild or the next prompt uses them as they were.
+        assert (ctx.settings.n_threads, ctx.settings.n_threads_batch) == (1, 2)
