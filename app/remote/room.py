@@ -38,6 +38,10 @@ MARKERS_PER_MESSAGE = 32
 MARKERS_ONCE = 256
 
 
+class ContextFull(RemoteError):
+    """No room is left for a reply: the turn is not sent (its fault has the sentence)."""
+
+
 @dataclass(frozen=True)
 class ContextRoom:
     """What a turn needs to fit its reply into the server's context."""
@@ -80,7 +84,8 @@ def fit(
 ) -> int:
     """The ``max_tokens`` to send for the chat completion ``body`` (``text``: its prompt's
     text where the turn rendered it already): the turn's own where it fits, else the room
-    left. Raises :class:`RemoteError` with the full-context sentence when none is."""
+    left. Raises :class:`ContextFull` with the full-context sentence when none is, and
+    :class:`RemoteError` when counting failed."""
     max_tokens = room.max_tokens
     bound = upper_bound(body)
     if text is not None:
@@ -96,7 +101,7 @@ def fit(
     n_prompt = count_tokens(client, conn, text)
     left = room.n_ctx - n_prompt
     if left <= 0:
-        raise RemoteError(
+        raise ContextFull(
             RemoteFault(FaultKind.BAD_REQUEST, context_full_message(n_prompt, room.n_ctx, 0))
         )
     return min(max_tokens, left)

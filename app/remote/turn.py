@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import socket
 import threading
 import time
@@ -56,8 +57,10 @@ from app.remote.faults import (
     status_fault,
     transport_fault,
 )
-from app.remote.room import ContextRoom, fit
+from app.remote.room import ContextFull, ContextRoom, fit
 from app.remote.wire import CallPiece, Chunk, Figures, read_chunk
+
+log = logging.getLogger(__name__)
 
 CONNECT_RETRIES = 2  # more tries after a refused connection
 CONNECT_BACKOFF_S = 0.25  # doubled each try
@@ -209,6 +212,8 @@ class RemoteTurn:
                 self._prepared = prepare(self._body, sampling, held, text)
             if self._room is not None:
                 self._fit_room(client, self._room)
+        except ContextFull as exc:
+            return self._ended(None, None, exc.fault)
         except RemoteError as exc:
             if self._cancelled.is_set():
                 return self._ended(None, None, cancelled=True)
@@ -241,9 +246,18 @@ class RemoteTurn:
             return ended
 
     def _fit_room(self, client: httpx2.Client, room: ContextRoom) -> None:
-        """Cap the reply to the server's context (raises RemoteError when it is full)."""
+        """Cap the reply to the server's context (raises ContextFull when it is full).
+        Where counting failed the turn goes as it is: the server's own answer says more
+        than a failed count (and a server that is down gets the usual retries)."""
         prepared = self._prepared
-        n = fit(client, self._conn, room, self._body, prepared.prompt_text if prepared else None)
+        text = prepared.prompt_text if prepared else None
+        try:
+            n = fit(client, self._conn, room, self._body, text)
+        except ContextFull:
+            raise
+        except RemoteError as exc:
+            log.info("the prompt's tokens could not be counted: %s", exc)
+            return
         if n == room.max_tokens:
             return
         self._body = {**self._body, "max_tokens": n}
