@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the session imports BatchingChoice without loading llama.cp
 
 log = logging.getLogger(__name__)
 
-_REPEATS: Final = 3  # steps of each kind; the fastest of each counts (noise only adds time)
+_REPEATS: Final = 3  # rounds of each kind; the fastest of each counts (noise only adds time)
 # Turns must win clearly: a batch keeps prompt chunks and tabs in step, so a tie stays batched.
 _TURNS_MARGIN: Final = 1.15
 
@@ -62,8 +62,36 @@ def pinned(mode: BatchMode) -> BatchingChoice:
     return BatchingChoice(mode, f"Pinned to {mode.value} decoding.", pinned=True)
 
 
+def choose(batch_of_two_ms: float, one_by_one_ms: float, n_threads: int) -> BatchingChoice:
+    """The choice for these measured costs: in turn only where two single-token decodes are
+    clearly (``_TURNS_MARGIN``) cheaper than one decode of both tokens."""
+    two, one_by_one = batch_of_two_ms, one_by_one_ms
+    figures = (
+        f"a batch of 2 tokens took {two:.1f} ms, 2 single decodes {one_by_one:.1f} ms "
+        f"({n_threads} thread{'s' if n_threads != 1 else ''})"
+    )
+    if one_by_one * _TURNS_MARGIN < two:
+        return BatchingChoice(
+            BatchMode.TURNS,
+            f"Tabs generate in turn: {figures}, so one batch would be slower in total.",
+            two,
+            one_by_one,
+            n_threads,
+        )
+    return BatchingChoice(
+        BatchMode.BATCHED,
+        f"Generating tabs share one batch: {figures}.",
+        two,
+        one_by_one,
+        n_threads,
+    )
+
+
 def measure(ctx: Context, model: Model) -> BatchingChoice:
-    """Time a batch of two tokens against two single-token decodes on a fresh context."""
+    """Time a batch of two tokens against two single-token decodes on a fresh context.
+
+    The kinds alternate within each round, so a busy spell of the machine slows both; a
+    verdict for turns (against the default) must hold over as many rounds again."""
     settings = ctx.settings
     threads = settings.n_threads
     if settings.n_seq_max < 2 or settings.embeddings or model.has_encoder:
@@ -84,12 +112,18 @@ def measure(ctx: Context, model: Model) -> BatchingChoice:
             raise RuntimeError("decode failed")
         return (time.perf_counter() - started) * 1000.0
 
-    try:
-        run([(0, 0), (1, 0)])  # warm-up, and the first cells
-        for step in range(_REPEATS):
+    def rounds(first: int, count: int) -> None:
+        for step in range(first, first + count):
             pos = 1 + 2 * step
             batch_ms.append(run([(0, pos), (1, pos)]))
             single_ms.append(run([(0, pos + 1)]) + run([(1, pos + 1)]))
+
+    try:
+        ctx.use_prompt_threads(False)  # generated tokens: the threads the scheduler gives them
+        run([(0, 0), (1, 0)])  # warm-up, and the first cells
+        rounds(0, _REPEATS)
+        if choose(min(batch_ms), min(single_ms), threads).mode is BatchMode.TURNS:
+            rounds(_REPEATS, _REPEATS)
     except RuntimeError:
         return BatchingChoice(
             BatchMode.BATCHED,
@@ -99,26 +133,6 @@ def measure(ctx: Context, model: Model) -> BatchingChoice:
     finally:
         batch.clear()
         ctx.clear()
-    two, one_by_one = min(batch_ms), min(single_ms)
-    figures = (
-        f"a batch of 2 tokens took {two:.1f} ms, 2 single decodes {one_by_one:.1f} ms "
-        f"({threads} thread{'s' if threads != 1 else ''})"
-    )
-    if one_by_one * _TURNS_MARGIN < two:
-        choice = BatchingChoice(
-            BatchMode.TURNS,
-            f"Tabs generate in turn: {figures}, so one batch would be slower in total.",
-            two,
-            one_by_one,
-            threads,
-        )
-    else:
-        choice = BatchingChoice(
-            BatchMode.BATCHED,
-            f"Generating tabs share one batch: {figures}.",
-            two,
-            one_by_one,
-            threads,
-        )
+    choice = choose(min(batch_ms), min(single_ms), threads)
     log.info("%s", choice.reason)
     return choice

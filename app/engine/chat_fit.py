@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.engine.chat_template import ReasoningOptions
-from app.engine.errors import ContextFullError, context_advice
+from app.engine.errors import ContextFullError, context_full_message
 from app.engine.handles import Handles
 from app.engine.prefix import common_prefix
 from app.engine.reasoning import ReasoningFormat, prompt_opens_reasoning
@@ -112,11 +112,7 @@ class ChatFitter:
                 break
             dropped += 1
         if len(tokens) >= n_ctx_seq:
-            advice = context_advice(n_ctx_seq, model.n_ctx_train)
-            raise ContextFullError(
-                f"The conversation needs {len(tokens):,} tokens but the context holds "
-                f"{n_ctx_seq:,}: {advice}."
-            )
+            raise ContextFullError(context_full_message(len(tokens), n_ctx_seq, model.n_ctx_train))
         if head:
             head_text = h.render_chat(head, False, reasoning, _tools(seq))
             n_keep = common_prefix(h.tokenize_chat(head_text), tokens)

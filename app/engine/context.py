@@ -26,6 +26,7 @@ from app.engine.settings import (
     ROPE_SCALING,
     ContextSettings,
 )
+from app.engine.threads import decode_threads
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,7 @@ class Context:
         params.n_seq_max = settings.n_seq_max
         params.n_threads = settings.n_threads
         params.n_threads_batch = settings.n_threads_batch
+        self._live_threads = (settings.n_threads, settings.n_threads_batch)
         params.flash_attn_type = FLASH_ATTN[settings.flash_attn]
         params.type_k = KV_TYPES[settings.type_k][0]
         params.type_v = KV_TYPES[settings.type_v][0]
@@ -292,8 +294,17 @@ class Context:
 
     def set_threads(self, n_threads: int, n_threads_batch: int) -> None:
         llama_cpp.llama_set_n_threads(self.handle, n_threads, n_threads_batch)
+        self._live_threads = (n_threads, n_threads_batch)
         self.settings.n_threads = n_threads
         self.settings.n_threads_batch = n_threads_batch
+
+    def use_prompt_threads(self, prompt: bool) -> None:
+        """The next decodes' threads: with ``prompt`` False (generated tokens only) the
+        generation threads even for several tabs' tokens (:func:`threads.decode_threads`)."""
+        live = decode_threads(self.settings.n_threads, self.settings.n_threads_batch, prompt)
+        if live != self._live_threads:
+            llama_cpp.llama_set_n_threads(self.handle, *live)
+            self._live_threads = live
 
     # -- state ------------------------------------------------------------------------------
 

@@ -37,3 +37,12 @@ def context_advice(n_ctx_seq: int, n_ctx_train: int) -> str:
         "that is all this model can hold, so shorten the message (or the system prompt) "
         "or start a new chat"
     )
+
+
+def context_full_message(n_tokens: int, n_ctx_seq: int, n_ctx_train: int) -> str:
+    """The sentence for a conversation of ``n_tokens`` that leaves no room in ``n_ctx_seq``
+    (the local engine's, and a remote one's before it sends the turn)."""
+    advice = context_advice(n_ctx_seq, n_ctx_train)
+    return (
+        f"The conversation needs {n_tokens:,} tokens but the context holds {n_ctx_seq:,}: {advice}."
+    )

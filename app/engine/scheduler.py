@@ -147,7 +147,9 @@ class Scheduler:
             spans = self._build_batch(events, prompt_cap)
             if not spans:
                 return events
-            ctx.set_abort_check(any(seq.phase is not Phase.GENERATING for seq, _, _ in spans))
+            has_prompt = any(seq.phase is not Phase.GENERATING for seq, _, _ in spans)
+            ctx.set_abort_check(has_prompt)
+            ctx.use_prompt_threads(has_prompt)  # tabs' tokens alone: the generation threads
             started = time.perf_counter()
             result = ctx.decode()
             elapsed_ms = (time.perf_counter() - started) * 1000.0
@@ -190,6 +192,7 @@ class Scheduler:
         ctx.batch.clear()
         ctx.batch.add_span(seq.encoder_input, 0, seq.seq_id, False)
         ctx.batch.mark_all_outputs()
+        ctx.use_prompt_threads(True)  # a prompt's encoding
         if ctx.encode() != 0:
             return False
         self._h.encoded_for = (seq.key, seq.seq_id)

@@ -13,6 +13,12 @@ setting for this (``ggml_threadpool_params.poll``) is not used in an OpenMP buil
 soon is still met spinning) and a late worker costs a sleep, not a spin of the whole
 quantum. ``benchmarks/bench_cpu.py`` measures the settings. :func:`thread_warnings` says,
 before a context is made, when a thread count oversubscribes the machine.
+
+llama.cpp decodes every batch of more than one token with ``n_threads_batch`` (the prompt
+threads, all cores by default), so several tabs generating in one batch would run on
+every core, the count that collapses under a busy neighbour, whatever the generation
+threads say. :func:`decode_threads` keeps the prompt threads for batches that hold a
+prompt chunk and gives batches of generated tokens alone the generation threads.
 """
 
 from __future__ import annotations
@@ -36,6 +42,12 @@ def configure_openmp() -> None:
     if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
         return  # the user's own choice wins
     os.environ["GOMP_SPINCOUNT"] = str(APP_SPINCOUNT)
+
+
+def decode_threads(n_threads: int, n_threads_batch: int, prompt: bool) -> tuple[int, int]:
+    """``llama_set_n_threads``'s two counts for a batch with (``prompt``) or without a
+    prompt chunk: generated tokens alone take the generation threads, even several tabs'."""
+    return (n_threads, n_threads_batch if prompt else n_threads)
 
 
 def machine_cores() -> int:

@@ -44,6 +44,8 @@ from app.remote.probe import probe_timeout
 ROUTE = "/completion"
 # the body fields of a chat completion that /apply-template reads (the rest is sampling)
 TEMPLATE_FIELDS = ("messages", "chat_template_kwargs", "reasoning_effort")
+# and what a turn with tools adds to them (its prompt holds their definitions)
+TOOL_TEMPLATE_FIELDS = (*TEMPLATE_FIELDS, "tools", "tool_choice", "parallel_tool_calls")
 STOP_REASONS = {"eos": "stop", "word": "stop", "limit": "length"}
 
 log = logging.getLogger(__name__)
@@ -77,7 +79,7 @@ def prompt_of(parts: tuple[Part, ...]) -> str | list[Part]:
     return "".join(str(p) for p in parts)
 
 
-def _post(client: httpx2.Client, conn: RemoteConnection, route: str, body: Any) -> Any:
+def post_json(client: httpx2.Client, conn: RemoteConnection, route: str, body: Any) -> Any:
     try:
         response = client.post(conn.root + route, json=body, timeout=probe_timeout(conn))
     except httpx2.HTTPError as exc:
@@ -94,11 +96,14 @@ def _post(client: httpx2.Client, conn: RemoteConnection, route: str, body: Any) 
         ) from None
 
 
-def render(client: httpx2.Client, conn: RemoteConnection, chat: dict[str, Any]) -> str:
+def render(
+    client: httpx2.Client,
+    conn: RemoteConnection,
+    chat: dict[str, Any],
+    fields: tuple[str, ...] = TEMPLATE_FIELDS,
+) -> str:
     """The prompt text the server's template makes of the chat completion body ``chat``."""
-    data = _post(
-        client, conn, "/apply-template", {k: chat[k] for k in TEMPLATE_FIELDS if k in chat}
-    )
+    data = post_json(client, conn, "/apply-template", {k: chat[k] for k in fields if k in chat})
     prompt = data.get("prompt") if isinstance(data, dict) else None
     if not isinstance(prompt, str):
         raise RemoteError(

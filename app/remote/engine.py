@@ -51,6 +51,7 @@ from app.errors import LlamaDeskError
 from app.remote.completion import Held, Renderer
 from app.remote.connection import RemoteConnection
 from app.remote.probe import ServerTraits, loaded_model
+from app.remote.room import ContextRoom
 from app.remote.slots import SlotFile, SlotServerDown, restore_slot, save_slot
 from app.remote.slots import new_name as new_slot_name
 from app.remote.tool_stream import CallAssembler
@@ -273,7 +274,14 @@ class RemoteEngine:
             if self.traits.token_prompts and prompt.tools is None
             else None
         )
-        turn = RemoteTurn(key, seq.line, self.conn, body, sink, self._reasoning, tokens=route)
+        room = (
+            ContextRoom(self.traits.n_ctx, sampling.max_tokens, self.renderer, prompt.reasoning)
+            if self.traits.n_ctx and self.traits.counts_tokens and sampling.max_tokens > 0
+            else None
+        )
+        turn = RemoteTurn(
+            key, seq.line, self.conn, body, sink, self._reasoning, tokens=route, room=room
+        )
         seq.turn = turn
         if seq.slot is not None:
             self._slot_owner[seq.slot] = key

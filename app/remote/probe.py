@@ -63,6 +63,12 @@ class ServerTraits:
         return self.kind in (ServerKind.LLAMA_SERVER, ServerKind.LLAMADESK)
 
     @property
+    def counts_tokens(self) -> bool:
+        """Whether a prompt's tokens can be counted as the server reads them: llama-server's
+        and LlamaDesk's ``/apply-template`` and ``/tokenize`` (vLLM's take other bodies)."""
+        return self.kind in (ServerKind.LLAMA_SERVER, ServerKind.LLAMADESK) and self.can_tokenize
+
+    @property
     def pins_slots(self) -> bool:
         """Whether a conversation can be pinned to a slot with ``id_slot``."""
         return self.kind is ServerKind.LLAMA_SERVER and self.total_slots > 0

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import socket
 import threading
 import time
@@ -56,7 +57,10 @@ from app.remote.faults import (
     status_fault,
     transport_fault,
 )
+from app.remote.room import ContextFull, ContextRoom, fit
 from app.remote.wire import CallPiece, Chunk, Figures, read_chunk
+
+log = logging.getLogger(__name__)
 
 CONNECT_RETRIES = 2  # more tries after a refused connection
 CONNECT_BACKOFF_S = 0.25  # doubled each try
@@ -152,9 +156,11 @@ class RemoteTurn:
         reasoning: ReasoningFormat,
         *,
         tokens: TokenRoute | None = None,
+        room: ContextRoom | None = None,
     ) -> None:
         """``tokens``: take the token route (the turn's sampling, what the last turn left
-        in the cache, the engine's renderer, the turn's reasoning options)."""
+        in the cache, the engine's renderer, the turn's reasoning options). ``room``: cap
+        the reply to the room the server's context has left (:mod:`app.remote.room`)."""
         self.key = key
         self._line = line
         self._conn = conn
@@ -166,6 +172,7 @@ class RemoteTurn:
         self._last_at = 0.0
         self._n_pieces = 0
         self._tokens = tokens
+        self._room = room
         self._prepared: Prepared | None = None
         self._reply: list[str] = []
         self._reply_tokens: list[int] = []
@@ -197,16 +204,20 @@ class RemoteTurn:
         self._sink(ended)
 
     def _attempts(self) -> Ended:
-        if self._tokens is not None:
-            sampling, held, renderer, reasoning = self._tokens
-            client = self._line.client
-            try:
+        client = self._line.client
+        try:
+            if self._tokens is not None:
+                sampling, held, renderer, reasoning = self._tokens
                 text = renderer.render(client, self._conn, self._body, reasoning)
                 self._prepared = prepare(self._body, sampling, held, text)
-            except RemoteError as exc:
-                if self._cancelled.is_set():
-                    return self._ended(None, None, cancelled=True)
-                return self._ended(None, None, exc.fault)
+            if self._room is not None:
+                self._fit_room(client, self._room)
+        except ContextFull as exc:
+            return self._ended(None, None, exc.fault)
+        except RemoteError as exc:
+            if self._cancelled.is_set():
+                return self._ended(None, None, cancelled=True)
+            return self._ended(None, None, exc.fault)
         backoff = CONNECT_BACKOFF_S
         connect_tries = 0
         waited_429 = False
@@ -233,6 +244,25 @@ class RemoteTurn:
                     return self._ended(None, None, cancelled=True)
                 continue
             return ended
+
+    def _fit_room(self, client: httpx2.Client, room: ContextRoom) -> None:
+        """Cap the reply to the server's context (raises ContextFull when it is full).
+        Where counting failed the turn goes as it is: the server's own answer says more
+        than a failed count (and a server that is down gets the usual retries)."""
+        prepared = self._prepared
+        text = prepared.prompt_text if prepared else None
+        try:
+            n = fit(client, self._conn, room, self._body, text)
+        except ContextFull:
+            raise
+        except RemoteError as exc:
+            log.info("the prompt's tokens could not be counted: %s", exc)
+            return
+        if n == room.max_tokens:
+            return
+        self._body = {**self._body, "max_tokens": n}
+        if prepared is not None:
+            self._prepared = dataclasses.replace(prepared, body={**prepared.body, "n_predict": n})
 
     def _once(self) -> Ended:
         prepared = self._prepared
