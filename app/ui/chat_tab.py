@@ -47,6 +47,7 @@ from app.ui.chat_view import ChatView
 from app.ui.composer import Composer, ConversationSettings
 from app.ui.context_meter import ContextMeter
 from app.ui.message_bar import MessageBar
+from app.ui.status_text import IsolatedLabel
 from app.ui.tab_choices import TabChoices
 from app.ui.tab_host import TabHost
 from app.ui.tab_intro import intro_text, sharing_text, sharing_tip
@@ -148,9 +149,10 @@ class ChatTab(QWidget):
         self.settings_button.setCheckable(True)
         self.settings_button.setObjectName("conversation-settings-toggle")
         status.addWidget(self.meter)
-        status.addWidget(self.meter_label)
+        # the figures change while a reply streams: behind IsolatedLabel, not a tab repaint
+        status.addWidget(IsolatedLabel(self.meter_label, self))
         status.addSpacing(12)
-        status.addWidget(self.state_label, 1)
+        status.addWidget(IsolatedLabel(self.state_label, self), 1)
         status.addWidget(self.thinking)
         status.addWidget(self.effort)
         status.addWidget(self.settings_button)
