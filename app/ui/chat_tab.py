@@ -478,6 +478,8 @@ class ChatTab(QWidget):
         if self.reply_id is None:
             return None
         painted = self.reply.paint(self.view.last()) if visible else None
+        if painted is not None:
+            self.view.fit_to_text()  # the grown reply laid out once, not squeezed first
         if self.state is TabState.GENERATING and self.reply.gen_started:
             # the speed and the meter a few times a second, not at every paint: each
             # update lays the status line out and repaints the meter
