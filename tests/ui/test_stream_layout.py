@@ -178,7 +178,7 @@ def test_pieces_streamed_between_two_flushes_are_one_layout(view: ChatView) -> N
 
 @pytest.mark.parametrize(
     ("hz", "frames", "interval"),
-    [(60.0, 3, 50), (59.94, 3, 50), (144.0, 8, 56), (30.0, 2, 67), (240.0, 12, 50), (0.0, 3, 50)],
+    [(60.0, 4, 67), (59.94, 4, 67), (144.0, 10, 69), (30.0, 2, 67), (240.0, 16, 67), (0.0, 4, 67)],
 )
 def test_flushes_are_whole_frames_at_a_readable_pace(hz: float, frames: int, interval: int) -> None:
     pace = FramePace.for_screen(hz)
