@@ -7,7 +7,10 @@ start and the end of the measured seconds; the figure is that time as a share of
 (issue 20's target: at most 8% while a tab streams at ~70 tok/s). The engine's threads
 are measured apart (the rest of the process), and so are the tokens streamed, so a figure
 can be judged against the speed it was measured at. ``/proc/loadavg`` is printed with it:
-the numbers of a busy machine are noisy.
+the numbers of a busy machine are noisy. ``paints_per_s`` says how often the streamed text
+was painted (the window paints it on the screen's frames, at most 15 times a second).
+Compare against main measured in the same minutes (alternating runs): the figure varies
+by a few points from run to run.
 
 Uses the demo model when it exists (``resources/models/llamadesk-demo.gguf``), otherwise a
 tiny generated model (thousands of tokens a second: a harsh test); ``--threads`` sets the
@@ -136,6 +139,8 @@ def main() -> int:
 
     counter = Counter()
     window.worker.conversationEvent.connect(counter.on_event)
+    paints: list[float] = []  # the streamed text's paints (flushes that had new text)
+    window.paint_hook = paints.append
     # the reply is long before it is measured: the cost of a long reply, not of a short one
     # (longer than the page: the reply a user scrolls, as in the issue)
     spin_until(
@@ -144,6 +149,7 @@ def main() -> int:
 
     main_tid = threading.get_native_id()
     tokens_before = counter.tokens
+    paints_before = len(paints)
     main_before, process_before = thread_cpu_s(main_tid), process_cpu_s()
     started = time.perf_counter()
     profile = cProfile.Profile() if args.profile else None
@@ -159,6 +165,7 @@ def main() -> int:
     main_s = thread_cpu_s(main_tid) - main_before
     process_s = process_cpu_s() - process_before
     tokens = counter.tokens - tokens_before
+    painted = len(paints) - paints_before
     still_streaming = tab.generating
     reply_chars = len(tab.reply_text())
 
@@ -172,6 +179,9 @@ def main() -> int:
         "tokens": tokens,
         "tok_s": round(tokens / elapsed, 1) if elapsed else 0.0,
         "reply_chars_at_end": reply_chars,
+        # how often the streamed text was painted (app/ui/frame_pace.py sets the pace)
+        "paints_per_s": round(painted / elapsed, 1) if elapsed else 0.0,
+        "flush_interval_ms": window.frame_pace().interval_ms,
         "still_streaming_at_end": still_streaming,
         # no probe timer runs on the main thread meanwhile (a 2 ms one would cost more
         # than the window): what is measured is the window's own work

@@ -48,6 +48,7 @@ from app.ui.composer import Composer, ConversationSettings
 from app.ui.context_meter import ContextMeter
 from app.ui.message_bar import MessageBar
 from app.ui.message_delete import ask_delete
+from app.ui.status_text import IsolatedLabel
 from app.ui.tab_choices import TabChoices
 from app.ui.tab_host import TabHost
 from app.ui.tab_intro import Starters, intro_text, sharing_text, sharing_tip
@@ -149,9 +150,10 @@ class ChatTab(QWidget):
         self.settings_button.setCheckable(True)
         self.settings_button.setObjectName("conversation-settings-toggle")
         status.addWidget(self.meter)
-        status.addWidget(self.meter_label)
+        # the figures change while a reply streams: behind IsolatedLabel, not a tab repaint
+        status.addWidget(IsolatedLabel(self.meter_label, self))
         status.addSpacing(12)
-        status.addWidget(self.state_label, 1)
+        status.addWidget(IsolatedLabel(self.state_label, self), 1)
         status.addWidget(self.thinking)
         status.addWidget(self.effort)
         status.addWidget(self.settings_button)
@@ -498,6 +500,8 @@ class ChatTab(QWidget):
         if self.reply_id is None:
             return None
         painted = self.reply.paint(self.view.last()) if visible else None
+        if painted is not None:
+            self.view.fit_to_text()  # the grown reply laid out once, not squeezed first
         if self.state is TabState.GENERATING and self.reply.gen_started:
             # the speed and the meter a few times a second, not at every paint: each
             # update lays the status line out and repaints the meter

@@ -260,6 +260,33 @@ class ChatView(QScrollArea):
         self._layout.insertWidget(self._layout.indexOf(widget), self._divider)
         self._divider.setVisible(True)
 
+    def fit_to_text(self) -> None:
+        """Give the column the height its messages need now, at once, after the last
+        message's text grew (call it after :meth:`MessageWidget.set_content`).
+
+        Qt lays a grown label's parents out from the inside out, each at its old size
+        first: the message's card squeezes its parts into the old height, then gets the
+        new one, and so on up to the column, so every label of the reply and the column
+        moved twice and was repainted at each streamed line. Resizing the column first
+        lays everything out once, from the outside in, at the new height."""
+        last = self.last()
+        if last is None:
+            return
+        # the layouts above the card learn of the change only when the card's layout has
+        # run: tell them now, so that the column's height for its width is the new one
+        last.card.updateGeometry()
+        last.updateGeometry()
+        body = self._body
+        needed = body.heightForWidth(body.width())
+        if needed > body.height():
+            body.resize(body.width(), needed)
+        # outside in: each layout runs once, at its widget's new size (Qt's own requests,
+        # still posted, then find nothing to do)
+        for widget in (body, last, last.card):
+            layout = widget.layout()
+            if layout is not None:
+                layout.activate()
+
     # -- following the end
 
     def scroll_to_end(self) -> None:

@@ -39,6 +39,7 @@ from app.session import events as ev
 from app.storage import AppSettings, Database, StateStore, load_settings
 from app.ui.chat_tab import ChatTab
 from app.ui.downloads_panel import Downloads
+from app.ui.frame_pace import FramePace
 from app.ui.mcp_runtime import shared_runtime
 from app.ui.message_bar import MessageBar
 from app.ui.server_panel import install_server_menu
@@ -68,7 +69,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FLUSH_INTERVAL_MS = 30  # streamed text is painted at most ~33 times a second
 SIDEBAR_MIN_WIDTH = 180  # the conversation list: titles and dates still readable
 
 
@@ -127,8 +127,9 @@ class MainWindow(QMainWindow):
         self.worker.sessionEvent.connect(self._on_session_event)
         # the local API server: a client of this window's session (started only on request)
         self.server = install_server_menu(self, self)
+        # streamed text is painted on the screen's frames at a readable pace (frame_pace)
         self._flush_timer = QTimer(self)
-        self._flush_timer.setInterval(FLUSH_INTERVAL_MS)
+        self._flush_timer.setTimerType(Qt.TimerType.PreciseTimer)
         self._flush_timer.timeout.connect(self._flush)
         self._save_tabs_timer = QTimer(self)
         self._save_tabs_timer.setSingleShot(True)
@@ -302,7 +303,7 @@ class MainWindow(QMainWindow):
             self.tabs_ui.update_tab_title(tab)
         generating = self.any_generating()
         if generating and not self._flush_timer.isActive():
-            self._flush_timer.start()
+            self._flush_timer.start(self.frame_pace().interval_ms)
         panel = self.settings_panel()
         if panel is not None:
             panel.set_generating(generating)
@@ -340,6 +341,12 @@ class MainWindow(QMainWindow):
 
     def fork_tab(self, conversation_id: int, message_id: int) -> None:
         self.tabs_ui.fork_tab(conversation_id, message_id)
+
+    def frame_pace(self) -> FramePace:
+        """The streamed text's paint interval on the screen the window is on now (asked
+        when a reply starts: a window moved to another screen follows at the next)."""
+        screen = self.screen()
+        return FramePace.for_screen(screen.refreshRate() if screen is not None else 0.0)
 
     @Slot()
     def _flush(self) -> None:

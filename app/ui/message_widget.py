@@ -165,7 +165,7 @@ class MessageWidget(QFrame):
         # paragraph is also cut, at the start of one of its lines as laid out at the
         # label's width (the labels then show the very lines the paragraph has); such
         # cuts are undone when the reply ends, and redone when the width changes.
-        self._chunks: list[QLabel] = []  # frozen labels before ``content``
+        self._chunks: list[TextLabel] = []  # frozen labels before ``content``
         self._chunk_blocks: dict[int, list[str]] = {}
         self._frozen = 0  # source characters shown by the frozen labels
         self._frozen_text = ""
@@ -332,6 +332,9 @@ class MessageWidget(QFrame):
         if not streaming and self._soft_width:
             self._reset_chunks()  # the paragraphs cut while streaming become whole again
             self._render()
+        if not streaming:
+            for label in self._chunks:
+                label.unpin_height()  # heights for the width again, as any message's
         self._sync_reasoning()
         self.set_actions_enabled(not streaming)
         self.figures.setText(figures_text(self.data, streaming))
@@ -411,7 +414,7 @@ class MessageWidget(QFrame):
 
     # -- text
 
-    def _new_label(self) -> QLabel:
+    def _new_label(self) -> TextLabel:
         label = TextLabel()
         label.setObjectName("chunk")
         label.setWordWrap(True)
@@ -467,6 +470,12 @@ class MessageWidget(QFrame):
             label = self._new_label()
             label.setText(html)
             self._text_layout.insertWidget(len(self._chunks), label)
+            # shown now, not when the layout's queued show comes: a pass without it
+            # moved the labels after it up, then back down (each one repainted)
+            label.show()
+            if self._streaming:
+                # at the live label's width: where the layout puts it (see pin_height)
+                label.pin_height(self.content.width())
             self._chunks.append(label)
             self._chunk_blocks[id(label)] = blocks
             self._fence = fence_after(self._fence, piece)
@@ -552,5 +561,5 @@ class MessageWidget(QFrame):
             out.extend(self._chunk_blocks.get(id(label), []))
         return out
 
-    def labels(self) -> list[QLabel]:
+    def labels(self) -> list[TextLabel]:
         return [*self._chunks, self.content]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QSize
-from PySide6.QtWidgets import QLabel, QWidget
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 
 
 class TextLabel(QLabel):
@@ -19,10 +20,48 @@ class TextLabel(QLabel):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._hfw: dict[int, int] = {}
+        self._pinned: QSizePolicy | None = None  # the policy before pin_height (None: not)
+        self.text_layouts = 0  # heights Qt laid the text out for (cache misses; tests count)
+
+    def pin_height(self, width: int) -> None:
+        """Fix the height to the text's height at ``width`` (then at each new width): for a
+        label whose text no longer changes while the label after it streams.
+
+        A label with a height for its width is asked for it by every layout pass of its
+        column (a Python call each, several per pass), and a layout that runs before its
+        parent has grown squeezes it, then gives its height back: every label of the reply
+        moved twice and was repainted at each streamed line. A fixed height is neither
+        asked nor squeezed."""
+        if self._pinned is None:
+            self._pinned = self.sizePolicy()
+            policy = QSizePolicy(self._pinned.horizontalPolicy(), QSizePolicy.Policy.Fixed)
+            policy.setHeightForWidth(False)
+            self.setSizePolicy(policy)
+        self.setFixedHeight(self.heightForWidth(width))
+
+    def unpin_height(self) -> None:
+        """Back to a height for the width (the text may change again)."""
+        if self._pinned is not None:
+            policy, self._pinned = self._pinned, None
+            self.setMinimumHeight(0)
+            self.setMaximumHeight(16777215)  # QWIDGETSIZE_MAX
+            self.setSizePolicy(policy)
+
+    def pinned(self) -> bool:
+        return self._pinned is not None
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self._pinned is not None and event.size().width() != event.oldSize().width():
+            height = self.heightForWidth(event.size().width())
+            if height != self.height():
+                self.setFixedHeight(height)  # its text at the new width
 
     def setText(self, text: str) -> None:
         self._hfw.clear()
         super().setText(text)
+        if self._pinned is not None:
+            self.setFixedHeight(self.heightForWidth(self.width()))
 
     def heightForWidth(self, width: int) -> int:
         height = self._hfw.get(width)
@@ -31,6 +70,7 @@ class TextLabel(QLabel):
                 self._hfw.clear()
             height = self._estimate(width)
             if height is None:
+                self.text_layouts += 1
                 height = super().heightForWidth(width)
             self._hfw[width] = height
         return height
@@ -61,4 +101,6 @@ class TextLabel(QLabel):
     def changeEvent(self, event: QEvent) -> None:
         if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):
             self._hfw.clear()
+            if self._pinned is not None:
+                self.setFixedHeight(self.heightForWidth(self.width()))
         super().changeEvent(event)
