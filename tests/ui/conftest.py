@@ -155,6 +155,14 @@ def send(qtbot: Any, tab: Any, text: str) -> None:
     qtbot.keyClick(tab.composer, Qt.Key.Key_Return)
 
 
+def set_sampling(tab: Any, **values: Any) -> None:
+    """Store sampling values in the tab's conversation and show them in its settings."""
+    sampling = {**tab.conversation.sampling, **values}
+    tab.db.update_conversation_settings(tab.cid, sampling=sampling)
+    tab.conversation = tab.db.get_conversation(tab.cid)
+    tab.settings.set_values(tab.conversation.system_prompt, tab.conversation.sampling)
+
+
 def wait_idle(qtbot: Any, tab: Any, timeout: int = 20000) -> TurnResult:
     qtbot.waitUntil(lambda: not tab.generating, timeout=timeout)
     result = tab.last_completion
@@ -198,3 +206,24 @@ def hub_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_model(
         tmp_path_factory.mktemp("hub") / "tiny.gguf", TinySpec(n_embd=256, n_ff=512, n_layer=2)
     )
+
+
+@pytest.fixture
+def view(qtbot: Any) -> Iterator[Any]:
+    """A bare ChatView, shown at a usual size."""
+    from app.ui.chat_view import ChatView
+
+    v = ChatView()
+    qtbot.addWidget(v)
+    v.resize(820, 560)
+    v.show()
+    qtbot.waitExposed(v)
+    yield v
+
+
+def settle() -> None:
+    """Let queued layout and paint events run."""
+    from PySide6.QtWidgets import QApplication
+
+    for _ in range(4):
+        QApplication.processEvents()

@@ -27,15 +27,9 @@ from tests.ui.conftest import (
     held_tokens,
     inspect,
     send,
+    set_sampling,
     wait_idle,
 )
-
-
-def set_sampling(tab: Any, **values: Any) -> None:
-    sampling = {**tab.conversation.sampling, **values}
-    tab.db.update_conversation_settings(tab.cid, sampling=sampling)
-    tab.conversation = tab.db.get_conversation(tab.cid)
-    tab.settings.set_values(tab.conversation.system_prompt, tab.conversation.sampling)
 
 
 def endless(tab: Any, max_tokens: int = 4000) -> None:

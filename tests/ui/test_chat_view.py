@@ -34,6 +34,7 @@ from app.ui.chat_view import (
     figures_text,
 )
 from app.ui.theme import chat_colors
+from tests.ui.conftest import settle
 
 LONG = "\n\n".join(f"Paragraph {i}: " + "lorem ipsum dolor sit amet " * 30 for i in range(6))
 
@@ -46,21 +47,6 @@ def conversation() -> list[MessageData]:
         )
         for i in range(8)
     ]
-
-
-@pytest.fixture
-def view(qtbot: Any) -> Iterator[ChatView]:
-    v = ChatView()
-    qtbot.addWidget(v)
-    v.resize(820, 560)
-    v.show()
-    qtbot.waitExposed(v)
-    yield v
-
-
-def settle() -> None:
-    for _ in range(4):
-        QApplication.processEvents()
 
 
 def assert_body_fits(view: ChatView) -> None:

@@ -15,8 +15,7 @@ from pytestqt.qtbot import QtBot
 from app.session import FinishReason
 from app.ui.devices_settings import DeviceSettings, save_device_settings
 from tests.devices.conftest import Worker, running_worker
-from tests.ui.conftest import send, wait_idle
-from tests.ui.test_chat import set_sampling
+from tests.ui.conftest import send, set_sampling, wait_idle
 
 pytestmark = pytest.mark.qt_log_ignore(
     r"This plugin does not support propagateSizeHints", r"This plugin does not support raise"

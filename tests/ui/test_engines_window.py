@@ -19,8 +19,7 @@ from app.remote.saved import SavedConnection, address, dump_connections
 from tests.remote.stub_server import StubServer
 from tests.support.gguf_models import TinySpec, write_tiny_model
 from tests.support.serve_process import ServeProcess
-from tests.ui.conftest import send, wait_idle
-from tests.ui.test_chat import set_sampling
+from tests.ui.conftest import send, set_sampling, wait_idle
 
 pytestmark = pytest.mark.qt_log_ignore(r"This plugin does not support propagateSizeHints")
 

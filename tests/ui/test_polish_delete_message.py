@@ -11,14 +11,14 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QPushButton
 
 from app.ui.message_delete import WITH_REPLIES
-from tests.ui.conftest import ENDLESS_GRAMMAR, WORDS_GRAMMAR, held_tokens, send, wait_idle
-
-
-def set_sampling(tab: Any, **values: Any) -> None:
-    sampling = {**tab.conversation.sampling, **values}
-    tab.db.update_conversation_settings(tab.cid, sampling=sampling)
-    tab.conversation = tab.db.get_conversation(tab.cid)
-    tab.settings.set_values(tab.conversation.system_prompt, tab.conversation.sampling)
+from tests.ui.conftest import (
+    ENDLESS_GRAMMAR,
+    WORDS_GRAMMAR,
+    held_tokens,
+    send,
+    set_sampling,
+    wait_idle,
+)
 
 
 def widget_of(tab: Any, text: str) -> Any:

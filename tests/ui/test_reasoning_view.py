@@ -35,7 +35,7 @@ from app.ui.chat_tab import engine_messages
 from app.ui.chat_view import MessageWidget, ReasoningBlock, thought_title
 from app.ui.tab_choices import THINKING_TIP, default_thinking_tip
 from tests.support.gguf_models import TinySpec, write_tiny_model
-from tests.ui.conftest import inspect, send, wait_idle
+from tests.ui.conftest import inspect, send, set_sampling, wait_idle
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "chat-templates"
 THOUGHT = "hmm <b>html</b> yes"
@@ -49,13 +49,6 @@ def thinking_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     template = (TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text(encoding="utf-8")
     spec = TinySpec(chat_template=template, name="tiny-thinking")
     return write_tiny_model(tmp_path_factory.mktemp("models") / "thinking.gguf", spec)
-
-
-def set_sampling(tab: Any, **values: Any) -> None:
-    sampling = {**tab.conversation.sampling, **values}
-    tab.db.update_conversation_settings(tab.cid, sampling=sampling)
-    tab.conversation = tab.db.get_conversation(tab.cid)
-    tab.settings.set_values(tab.conversation.system_prompt, tab.conversation.sampling)
 
 
 def block_of(widget: MessageWidget | None) -> ReasoningBlock:

@@ -7,33 +7,18 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from PySide6.QtCore import QEvent, QObject, QRect
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QApplication, QLabel
+from PySide6.QtWidgets import QLabel
 
 from app.ui.chat_view import ChatView, MessageData, MessageWidget, TextLabel
 from app.ui.frame_pace import READ_INTERVAL_MS, FramePace
 from app.ui.tab_reply import ReplyBuffer
-from tests.ui.conftest import ENDLESS_GRAMMAR, send
-
-
-@pytest.fixture
-def view(qtbot: Any) -> Iterator[ChatView]:
-    v = ChatView()
-    qtbot.addWidget(v)
-    v.resize(820, 560)
-    v.show()
-    qtbot.waitExposed(v)
-    yield v
-
-
-def settle() -> None:
-    for _ in range(4):
-        QApplication.processEvents()
+from tests.ui.conftest import ENDLESS_GRAMMAR, send, settle
 
 
 class Words:

@@ -14,14 +14,7 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QApplication, QMessageBox, QPushButton
 
 from app import paths
-from tests.ui.conftest import ENDLESS_GRAMMAR, send, wait_idle
-
-
-def set_sampling(tab: Any, **values: Any) -> None:
-    sampling = {**tab.conversation.sampling, **values}
-    tab.db.update_conversation_settings(tab.cid, sampling=sampling)
-    tab.conversation = tab.db.get_conversation(tab.cid)
-    tab.settings.set_values(tab.conversation.system_prompt, tab.conversation.sampling)
+from tests.ui.conftest import ENDLESS_GRAMMAR, send, set_sampling, wait_idle
 
 
 def activate(qtbot: Any, window: Any) -> None:

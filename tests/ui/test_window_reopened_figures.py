@@ -7,8 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from tests.ui.conftest import ENDLESS_GRAMMAR, close_window, send, wait_idle
-from tests.ui.test_window_polish import set_sampling
+from tests.ui.conftest import ENDLESS_GRAMMAR, close_window, send, set_sampling, wait_idle
 
 
 def test_the_reply_reserve_is_shown_after_reopening(qtbot: Any, make_window: Any) -> None:

@@ -21,8 +21,7 @@ from app.ui.tab_intro import intro_text, sharing_text
 from app.ui.tab_stop_strings import decode_line, encode_string, parse_lines
 from app.ui.template_picker import AUTOMATIC_TEXT, in_use_text
 from tests.engine.test_template_choice import write_gemma_vocab_model
-from tests.ui.conftest import ENDLESS_GRAMMAR, send, wait_idle
-from tests.ui.test_window_polish import set_sampling
+from tests.ui.conftest import ENDLESS_GRAMMAR, send, set_sampling, wait_idle
 
 
 @pytest.fixture(scope="module")
