@@ -148,7 +148,6 @@ def test_resume_refuses_a_damaged_session(tiny_model: Path, tmp_path: Path) -> N
         (["run", "MODEL", "hi", "--temp", "-1"], "Temperature"),
         (["run", "MODEL", "hi", "--parallel", "0"], "--parallel"),
         (["run", "MODEL", "hi", "--resume-session", "/nonexistent"], "does not exist"),
-        (["run", "MODEL", "hi", "-t", "0"], "-t/--threads: Generation threads"),
         (["run", "MODEL", "word " * 400, "--raw", "-c", "64"], "shorten the message"),
         (["run", "MODEL", "word " * 400, "-c", "64", "--parallel", "2"], "the context holds"),
         (["bench", "MODEL", "--tabs", "0"], "--tabs must be at least 1"),
