@@ -216,8 +216,8 @@ class MainWindow(QMainWindow):
                 self.show_message(event.message)
             case ev.ShutdownComplete():
                 self._on_shutdown_done()
-            case ev.ConversationStored():  # an API client's conversation: listed at once
-                self.sidebar.schedule_refresh()
+            case ev.ConversationStored():  # an API client's conversation: listed soon
+                self.sidebar.schedule_background_refresh()
 
     # ================================================================ start
 

@@ -69,3 +69,30 @@ def test_an_api_conversation_is_listed_when_it_is_stored(qtbot: Any, make_window
         pool.shutdown(wait=True)
         controller.stop()
         qtbot.waitUntil(lambda: controller.status.state is ServerState.STOPPED, timeout=10000)
+
+
+def test_a_burst_of_stored_turns_queries_the_list_once(
+    qtbot: Any, make_window: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.session import events as ev
+    from app.ui.sidebar import BACKGROUND_REFRESH_MS
+
+    window, _ = make_window()
+    sidebar = window.sidebar
+    queries: list[int] = []
+    real = sidebar.db.list_conversations
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        queries.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sidebar.db, "list_conversations", counted)
+    cid = window.db.create_conversation("From a script").id
+    window.db.append_message(cid, "user", "hello from a script")
+    for _ in range(5):  # a client storing turns back to back, 180 ms apart
+        window._on_session_event(ev.ConversationStored(cid, created=False))
+        qtbot.wait(180)
+    qtbot.waitUntil(lambda: bool(queries), timeout=BACKGROUND_REFRESH_MS * 3)
+    qtbot.wait(BACKGROUND_REFRESH_MS + 200)
+    assert len(queries) == 1  # the list was queried once for the burst, not per turn
+    assert cid in listed(window)
