@@ -77,10 +77,15 @@ _REPACK_X86_TYPES = frozenset({2, 12})  # Q4_0, Q4_K
 _LINEAR_WEIGHT = re.compile(
     r"(blk\.\d+\.)?(attn_(q|k|v|qkv|output)|ffn_(gate|up|down)|output)\.weight"
 )
-# Read with GET_ROWS only: AMX never takes them.
+# Read with GET_ROWS only: AMX never takes them ...
 _GET_ROWS_ONLY = re.compile(
     r"(.*\.)?(token_embd|per_layer_token_embd|pos_embd|token_types)\.weight"
 )
+# ... except the input embedding of a model without its own output matrix (tied
+# embeddings: SmolLM2, Gemma 3, Qwen2.5 0.5B): llama.cpp then creates the output layer
+# from token_embd.weight (TENSOR_DUPLICATED), and the logits' MUL_MAT reads it in AMX.
+_TIED_OUTPUT = "token_embd.weight"
+_OWN_OUTPUT = "output.weight"
 _BLOCK = re.compile(r"blk\.(\d+)\.(.+)")
 
 
@@ -350,10 +355,17 @@ class Placement:
     plain: tuple[str, ...]
 
 
-def amx_would_take(tensor: TensorInfo) -> bool:
-    """ggml's AMX supports_op for the MUL_MAT llama.cpp tries a weight with."""
+def amx_would_take(tensor: TensorInfo, *, tied_output: bool = False) -> bool:
+    """ggml's AMX supports_op for the MUL_MAT llama.cpp tries a weight with.
+
+    ``tied_output``: the model has no ``output.weight``, so its input embedding is also
+    the output matrix and reaches a MUL_MAT."""
     align = _AMX_ALIGNMENT.get(tensor.ggml_type)
-    if align is None or len(tensor.dims) < 2 or _GET_ROWS_ONLY.fullmatch(tensor.name):
+    if align is None or len(tensor.dims) < 2:
+        return False
+    if _GET_ROWS_ONLY.fullmatch(tensor.name) and not (
+        tied_output and tensor.name == _TIED_OUTPUT
+    ):
         return False
     return tensor.dims[0] % align == 0 and tensor.dims[1] % _AMX_N_ALIGNMENT == 0
 
@@ -361,8 +373,10 @@ def amx_would_take(tensor: TensorInfo) -> bool:
 def plan_placement(tensors: Iterable[TensorInfo], repack_available: bool) -> Placement:
     repack: list[str] = []
     plain: list[str] = []
+    tensors = tuple(tensors)
+    tied = not any(t.name == _OWN_OUTPUT for t in tensors)
     for t in tensors:
-        if not amx_would_take(t):
+        if not amx_would_take(t, tied_output=tied):
             continue
         fits_repack = (
             repack_available

@@ -145,6 +145,20 @@ def test_the_plan_keeps_repack_for_what_it_can_repack() -> None:
     assert without.repack == () and set(without.plain) == set(plan.repack + plan.plain)
 
 
+def test_a_tied_output_matrix_is_kept_out_of_amx() -> None:
+    # No output.weight: llama.cpp reads token_embd.weight in the logits' MUL_MAT too
+    # (SmolLM2, Gemma 3: Q8_0), where AMX crashes on a batch of several logits rows.
+    tied = [t for t in TENSORS if t.name != "output.weight"]
+    tied[0] = _tensor("token_embd.weight", Q8_0, 576, 49152)
+    plan = plan_placement(tied, repack_available=True)
+    assert "token_embd.weight" in plan.plain  # a repack buffer cannot serve its GET_ROWS
+    assert "token_embd.weight" not in plan.repack
+    # With its own output matrix the embedding is only looked up by rows.
+    untied = plan_placement([*tied, _tensor("output.weight", Q8_0, 576, 49152)], True)
+    assert "token_embd.weight" not in untied.plain + untied.repack
+    assert "output.weight" in untied.plain
+
+
 def test_patterns_match_exactly_the_planned_names() -> None:
     import re
 
