@@ -42,52 +42,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.engine.cpu_quirks import llama_server_flags
 from benchmarks.make_model import CACHE_DIR, ensure_model
+from tests.support import peers
 
-VENDOR = Path(
-    os.environ.get(
-        "LLAMADESK_LLAMA_CPP_SRC", "/work/vendor/llama_cpp_python-0.3.36/vendor/llama.cpp"
-    )
-)
-BUILD_DIR = CACHE_DIR / "llama-server-build"
+BUILD_DIR = peers.BUILD
 ROOT = Path(__file__).resolve().parents[1]
 N_CTX = 2048  # the benchmark model was trained for 2,048 (LlamaDesk caps there)
 
 
 def build_llama_server(jobs: int = 2) -> Path:
-    """``llama-server`` built from the vendored sources (cached)."""
-    binary = BUILD_DIR / "bin" / "llama-server"
-    if binary.exists():
-        return binary
-    if not (VENDOR / "tools" / "server").is_dir():
-        raise SystemExit(f"llama.cpp sources not found at {VENDOR}")
-    configure = [
-        "cmake",
-        "-S",
-        str(VENDOR),
-        "-B",
-        str(BUILD_DIR),
-        "-G",
-        "Ninja",
-        "-DCMAKE_BUILD_TYPE=Release",
-        "-DLLAMA_BUILD_SERVER=ON",
-        "-DLLAMA_BUILD_TOOLS=ON",
-        "-DLLAMA_BUILD_TESTS=OFF",
-        "-DLLAMA_BUILD_EXAMPLES=OFF",
-        "-DLLAMA_BUILD_APP=OFF",
-        "-DLLAMA_BUILD_UI=OFF",
-        "-DLLAMA_USE_PREBUILT_UI=OFF",  # no download of the web UI
-        "-DLLAMA_OPENSSL=OFF",
-        "-DLLAMA_CURL=OFF",
-        # benchmarks/bench_devices.py runs this binary with --rpc against our workers
-        "-DGGML_RPC=ON",
-    ]
-    subprocess.run(configure, check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(
-        ["cmake", "--build", str(BUILD_DIR), "--target", "llama-server", "-j", str(jobs)],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    return binary
+    """``llama-server`` built from the vendored sources (cached: tests/support/peers.py)."""
+    peers.build(jobs)
+    return peers.LLAMA_SERVER
 
 
 def free_port() -> int:

@@ -31,3 +31,11 @@ def tiny_model_twin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.support.gguf_models import TinySpec, write_tiny_model
 
     return write_tiny_model(tmp_path_factory.mktemp("models") / "twin.gguf", TinySpec(seed=1))
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """The real SmolLM2-135M-Instruct Q4_1 file (tests/support/real_models.py)."""
+    from tests.support.real_models import smollm2_path
+
+    return smollm2_path()

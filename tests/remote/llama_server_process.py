@@ -1,10 +1,10 @@
 """llama.cpp's own ``llama-server`` on 127.0.0.1 for the tests (built from the vendored
-sources by benchmarks/bench_server.py into the benchmark cache): a test that needs it is
-skipped, with the reason, where it has not been built."""
+sources by ``python -m tests.support.peers``, which the README's test command runs first):
+a test that needs it fails, saying how to build it, where it has not been built - CI must
+run these, not skip them."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import time
@@ -13,16 +13,13 @@ from pathlib import Path
 import httpx2
 import pytest
 
-CACHE = Path(os.environ.get("LLAMADESK_BENCH_CACHE", "~/.cache/llamadesk-bench")).expanduser()
-BINARY = Path(
-    os.environ.get("LLAMADESK_LLAMA_SERVER", CACHE / "llama-server-build" / "bin" / "llama-server")
-)
+from tests.support.peers import LLAMA_SERVER as BINARY
 
 
 def start_llama_server(model: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
     """llama-server on a free port of 127.0.0.1 with ``model``, once it is healthy."""
     if not BINARY.exists():
-        pytest.skip(f"llama-server is not built ({BINARY}): benchmarks/bench_server.py builds it")
+        pytest.fail(f"llama-server is not built ({BINARY}): python -m tests.support.peers builds it")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -1,6 +1,6 @@
 """The remote engine against llama.cpp's own ``llama-server`` on 127.0.0.1 (the tiny
-model), built from the vendored sources by benchmarks/bench_server.py into the benchmark
-cache; skipped (with the reason) where it has not been built.
+model), built from the vendored sources by ``python -m tests.support.peers`` (the README's
+test command runs it first).
 
 Two turns: the second reports cached tokens and decodes only the new suffix; each
 conversation is pinned to a slot of its own; prompt progress comes through; closing a

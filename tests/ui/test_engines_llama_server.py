@@ -1,5 +1,4 @@
-"""The window on llama.cpp's own llama-server (built by benchmarks/bench_server.py; skipped
-with the reason where it is not): a chat answered there, its slot saved on the server when
+"""The window on llama.cpp's own llama-server (built by ``python -m tests.support.peers``): a chat answered there, its slot saved on the server when
 the window closes and restored into its slot when the window opens it again."""
 
 from __future__ import annotations

@@ -1,0 +1,126 @@
+"""llama.cpp's own programs, built from the sources vendored in llama-cpp-python's sdist.
+
+The tests and benchmarks measure the app against llama.cpp's ``llama-server`` and host RPC
+devices with its ``ggml-rpc-server``; pip builds neither. ``python -m tests.support.peers``
+downloads the pinned sdist from the package registry (``pip download``), unpacks it and
+builds both programs once into a cache outside the checkout (``LLAMADESK_PEERS`` or
+``~/.cache/llamadesk-peers``), keyed by the llama-cpp-python version; later runs find them
+there and do nothing. The README's test command runs it before pytest, so CI tests against
+the real peers instead of skipping them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+LLAMA_CPP_PYTHON = "0.3.36"  # the version pyproject.toml pins
+TARGETS = ("llama-server", "ggml-rpc-server")
+
+ROOT = Path(
+    os.environ.get("LLAMADESK_PEERS", "~/.cache/llamadesk-peers")
+).expanduser() / f"llama-cpp-python-{LLAMA_CPP_PYTHON}"
+SOURCE = ROOT / "src"  # the sdist's vendor/llama.cpp
+BUILD = ROOT / "build"
+BIN = BUILD / "bin"
+LLAMA_SERVER = Path(os.environ.get("LLAMADESK_LLAMA_SERVER", BIN / "llama-server"))
+RPC_SERVER = Path(os.environ.get("LLAMADESK_RPC_SERVER", BIN / "ggml-rpc-server"))
+
+CMAKE_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_APP=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",  # no download of the web UI
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_CURL=OFF",
+    "-DGGML_RPC=ON",
+)
+
+
+def built() -> bool:
+    return LLAMA_SERVER.exists() and RPC_SERVER.exists()
+
+
+def _fetch_source() -> None:
+    """The sdist's vendored llama.cpp into SOURCE (through pip: the registry is the one
+    place these machines reach)."""
+    if (SOURCE / "tools" / "server").is_dir():
+        return
+    with tempfile.TemporaryDirectory(prefix="llamadesk-sdist-") as tmp:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-binary",
+                ":all:",
+                "--no-deps",
+                f"llama-cpp-python=={LLAMA_CPP_PYTHON}",
+                "-d",
+                tmp,
+            ],
+            check=True,
+        )
+        (archive,) = Path(tmp).glob("llama_cpp_python-*.tar.gz")
+        unpacked = Path(tmp) / "unpacked"
+        with tarfile.open(archive) as tar:
+            tar.extractall(unpacked, filter="data")
+        (top,) = unpacked.iterdir()
+        partial = SOURCE.with_name("src.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        ROOT.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(top / "vendor" / "llama.cpp"), partial)
+        partial.rename(SOURCE)
+
+
+def build(jobs: int | None = None) -> None:
+    """Build both peers unless they are there already."""
+    if built():
+        return
+    started = time.monotonic()
+    _fetch_source()
+    jobs = jobs or int(os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", os.cpu_count() or 2))
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    subprocess.run(
+        ["cmake", "-S", str(SOURCE), "-B", str(BUILD), *generator, *CMAKE_FLAGS],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    subprocess.run(
+        ["cmake", "--build", str(BUILD), "-j", str(jobs), "--target", *TARGETS],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    print(f"built {', '.join(TARGETS)} in {time.monotonic() - started:.0f} s into {BIN}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.support.peers",
+        description="Build llama.cpp's llama-server and ggml-rpc-server from the vendored "
+        f"sources of llama-cpp-python {LLAMA_CPP_PYTHON} (cached in {ROOT}).",
+    )
+    parser.add_argument("-j", "--jobs", type=int, default=None, help="parallel compile jobs")
+    args = parser.parse_args(argv)
+    build(args.jobs)
+    if not built():
+        print(f"the build finished but {LLAMA_SERVER} or {RPC_SERVER} is missing", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
