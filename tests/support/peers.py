@@ -83,6 +83,9 @@ def _fetch_source() -> None:
         shutil.rmtree(partial, ignore_errors=True)
         ROOT.mkdir(parents=True, exist_ok=True)
         shutil.move(str(top / "vendor" / "llama.cpp"), partial)
+        # The sdist keeps the submodule's ".git" pointer file, which names a folder that
+        # is not there: cmake's version probe would complain about it at every configure.
+        (partial / ".git").unlink(missing_ok=True)
         partial.rename(SOURCE)
 
 
