@@ -363,9 +363,7 @@ def amx_would_take(tensor: TensorInfo, *, tied_output: bool = False) -> bool:
     align = _AMX_ALIGNMENT.get(tensor.ggml_type)
     if align is None or len(tensor.dims) < 2:
         return False
-    if _GET_ROWS_ONLY.fullmatch(tensor.name) and not (
-        tied_output and tensor.name == _TIED_OUTPUT
-    ):
+    if _GET_ROWS_ONLY.fullmatch(tensor.name) and not (tied_output and tensor.name == _TIED_OUTPUT):
         return False
     return tensor.dims[0] % align == 0 and tensor.dims[1] % _AMX_N_ALIGNMENT == 0
 

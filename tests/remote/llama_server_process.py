@@ -19,7 +19,9 @@ from tests.support.peers import LLAMA_SERVER as BINARY
 def start_llama_server(model: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
     """llama-server on a free port of 127.0.0.1 with ``model``, once it is healthy."""
     if not BINARY.exists():
-        pytest.fail(f"llama-server is not built ({BINARY}): python -m tests.support.peers builds it")
+        pytest.fail(
+            f"llama-server is not built ({BINARY}): python -m tests.support.peers builds it"
+        )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

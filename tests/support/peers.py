@@ -24,9 +24,10 @@ from pathlib import Path
 LLAMA_CPP_PYTHON = "0.3.36"  # the version pyproject.toml pins
 TARGETS = ("llama-server", "ggml-rpc-server")
 
-ROOT = Path(
-    os.environ.get("LLAMADESK_PEERS", "~/.cache/llamadesk-peers")
-).expanduser() / f"llama-cpp-python-{LLAMA_CPP_PYTHON}"
+ROOT = (
+    Path(os.environ.get("LLAMADESK_PEERS", "~/.cache/llamadesk-peers")).expanduser()
+    / f"llama-cpp-python-{LLAMA_CPP_PYTHON}"
+)
 SOURCE = ROOT / "src"  # the sdist's vendor/llama.cpp
 BUILD = ROOT / "build"
 BIN = BUILD / "bin"
