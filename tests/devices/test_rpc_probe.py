@@ -115,8 +115,9 @@ def test_a_dead_port_says_nothing_listens() -> None:
     port = _free_port()
     t0 = time.monotonic()
     with pytest.raises(RpcProbeError, match=r"Nothing listens on 127\.0\.0\.1:\d+.*rpc-worker"):
-        probe(f"127.0.0.1:{port}", timeout_s=3)
-    assert time.monotonic() - t0 < 3
+        probe(f"127.0.0.1:{port}", timeout_s=30)
+    # the refusal is taken at its word, not waited out (bounded for a busy machine)
+    assert time.monotonic() - t0 < 15
 
 
 def test_a_server_of_another_protocol_is_not_an_rpc_server() -> None:
@@ -139,7 +140,7 @@ def test_a_hung_peer_is_given_up_within_the_timeout() -> None:
     release = threading.Event()
 
     def hang(conn: socket.socket) -> None:
-        release.wait(10)
+        release.wait(60)
 
     for port in _serve(hang):
         t0 = time.monotonic()
@@ -147,7 +148,8 @@ def test_a_hung_peer_is_given_up_within_the_timeout() -> None:
             probe(f"127.0.0.1:{port}", timeout_s=1)
         elapsed = time.monotonic() - t0
         release.set()
-        assert 0.9 < elapsed < 3
+        # not before the timeout; well before the peer's 60 s (bounded for a busy machine)
+        assert 0.9 < elapsed < 20
 
 
 @pytest.mark.parametrize(
