@@ -18,7 +18,8 @@ are split at odd places (the second call's id before its name, arguments cut ins
 and strings, the two calls' pieces interleaved) - and ends with ``finish_reason:
 "tool_calls"``; ``[tool-message]`` sends one call whole in ``message.tool_calls``;
 ``[tool-cut]`` drops the connection in the middle of a call's arguments; ``[tool-slow]``
-sends the call pieces 0.2 s apart; ``[no-tools]``
+sends the call pieces 0.2 s apart (with ``names_late=True`` these send
+:data:`TOOL_PIECES_NAMES_LATE`: argument fragments before the names); ``[no-tools]``
 answers a request that has ``tools`` with a 400, as a server without function calling does.
 Every request is kept in :attr:`StubServer.requests` (path, headers, body);
 :attr:`StubState.chat_received` is set when a chat request has been read (a test waits for
@@ -48,6 +49,18 @@ TOOL_PIECES: tuple[tuple[int, str | None, str | None, str], ...] = (
     (0, None, None, '": "c"}'),
     (5, None, None, 'ne": "CET"}'),
 )
+# The same two calls with arguments before the names (``names_late=True``): call 0 gives
+# its id, two fragments, then its name with a third; call 5 begins with a fragment, before
+# even its id. A client that dropped what came before a name would lose '{"ci' and more.
+TOOL_PIECES_NAMES_LATE: tuple[tuple[int, str | None, str | None, str], ...] = (
+    (0, "call_w", None, ""),
+    (0, None, None, '{"ci'),
+    (5, None, None, '{"zo'),
+    (0, None, None, 'ty": "Pa'),
+    (0, None, "get_weather", 'ris", "unit'),
+    (5, "call_t", "get_time", 'ne": "CET"}'),
+    (0, None, None, '": "c"}'),
+)
 
 
 @dataclass
@@ -61,6 +74,7 @@ class Seen:
 class StubState:
     kind: str = "openai"  # openai | ollama | vllm
     vllm_prompt_details: bool = False
+    names_late: bool = False  # [tool-call] and the like send TOOL_PIECES_NAMES_LATE
     api_key: str | None = None  # requests without "Bearer KEY" get a 401
     requests: list[Seen] = field(default_factory=list)
     once: set[str] = field(default_factory=set)  # faults already given once
@@ -241,7 +255,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _tool_pieces(self, *, cut: bool, slow: bool) -> None:
         self._piece(json.dumps({"choices": [{"index": 0, "delta": {"content": "Let me look."}}]}))
-        for n, (index, call_id, name, fragment) in enumerate(TOOL_PIECES):
+        pieces = TOOL_PIECES_NAMES_LATE if self.server.state.names_late else TOOL_PIECES
+        for n, (index, call_id, name, fragment) in enumerate(pieces):
             if cut and n == 4:
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
