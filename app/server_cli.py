@@ -169,6 +169,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         runner.stop_listening()
 
     previous = signal.signal(signal.SIGTERM, on_signal)
+    if loaded.notice:  # e.g. loaded without the CPU kernels that crashed (issue 27)
+        print(f"llamadesk: warning: {loaded.notice}", file=sys.stderr, flush=True)
     print(
         f"LlamaDesk is serving {Path(loaded.path).name} (context {loaded.n_ctx:,}, "
         f"{config.parallel} at once) at {runner.url}/v1",

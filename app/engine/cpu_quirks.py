@@ -54,6 +54,9 @@ AMX_WARNING = "llama.cpp's AMX kernels crash on this CPU; using the AVX-512 kern
 VERDICT_FILE = "cpu_quirks.json"
 PROBE_TIMEOUT_S = 180.0
 PROBE_BATCH = 16
+# Bump when the guard places weights differently: the load check's verdicts
+# (app.engine.load_check) name it, so they are redone. 2: the tied output matrix.
+GUARD_VERSION = 2
 
 # ggml_type ids -> the row alignment AMX's supports_op asks of ne[0] (amx.cpp).
 _AMX_ALIGNMENT = {

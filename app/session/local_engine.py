@@ -84,6 +84,7 @@ class LocalEngine:
             chat_template=engine.template_choice,
             batching=engine.batching,
             reasoning=engine.reasoning_defaults,
+            notice=model.load_notice,
         )
 
     def memory(self) -> EngineMemory:
@@ -264,4 +265,7 @@ class LocalLoader:
         except BaseException:
             engine.close()
             raise
+        notice = engine.model.load_notice if engine.model is not None else ""
+        if notice:  # the slower path was chosen: the window and `run` show the warning
+            warning = f"{notice} {warning}" if warning else notice
         return Loaded(LocalEngine(engine), warning)
