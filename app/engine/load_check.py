@@ -115,13 +115,19 @@ def _machine_key() -> str:
     )
 
 
+def _amx_arg(guard_active: bool) -> str:
+    """The child's ``--amx``: this process's decision (it probed the CPU once), so the
+    child neither probes again nor decides otherwise."""
+    return "off" if guard_active else "on"
+
+
 def cache_key(header: GGUFHeader, *, extra_bufts: bool = True) -> str:
     from app.engine import cpu_quirks
 
     h = hashlib.blake2b(digest_size=16)
-    mode = cpu_quirks.amx_mode().value  # LLAMADESK_AMX changes what the first try runs
+    guard = _amx_arg(cpu_quirks.amx_guard_active())  # what the first try runs
     tried = "all" if extra_bufts else "safe"
-    h.update(f"{CHECK_VERSION}|{_machine_key()}|{mode}|{tried}|{header.digest()}".encode())
+    h.update(f"{CHECK_VERSION}|{_machine_key()}|{guard}|{tried}|{header.digest()}".encode())
     return h.hexdigest()
 
 
@@ -258,7 +264,10 @@ def _run_child(
     about this run (a timeout, a child that could not start), and, when the child died of
     a crash signal, that signal and the phase it died in ("loading" or "decoding")."""
     started = time.monotonic()
-    args = [str(path), "--n-gpu-layers", str(n_gpu_layers)]
+    from app.engine import cpu_quirks
+
+    amx = _amx_arg(cpu_quirks.amx_guard_active())
+    args = [str(path), "--n-gpu-layers", str(n_gpu_layers), "--amx", amx]
     if not extra_bufts:
         args.append(_NO_EXTRA_BUFTS)
     try:
@@ -418,7 +427,11 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("path")
     parser.add_argument("--n-gpu-layers", type=int, default=0)
     parser.add_argument(_NO_EXTRA_BUFTS, action="store_true", dest="no_extra_bufts")
+    parser.add_argument("--amx", choices=("on", "off", "auto"), default="auto")
     args = parser.parse_args(argv)
+    from app.engine.cpu_quirks import AMX_ENV
+
+    os.environ[AMX_ENV] = args.amx  # the parent's decision (see _amx_arg)
     # llama.cpp's warnings and errors go to stderr, where the parent reads the last ones
     # if this process dies.
     handler = logging.StreamHandler(sys.stderr)
