@@ -78,8 +78,9 @@ def record_path(owner: str) -> Path:
     return folder() / f"{owner}.json"
 
 
-def install(owner: str) -> None:
-    """From now on this process keeps its record as ``owner`` (:func:`mark`)."""
+def install(owner: str | None) -> None:
+    """From now on this process keeps its record as ``owner`` (:func:`mark`); None: no
+    record any more."""
     global _owner
     with _lock:
         _owner = owner
