@@ -411,7 +411,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """A client of the :class:`~app.session.Session` (as the window and the API server
     are): one without a state store or database, so nothing is persisted. Conversations
     1..N are the ``--parallel`` sequences; their turns start together in one batch."""
-    from app import rpc_supervisor
+    from app import crash_supervisor, rpc_supervisor
     from app.engine.chat_template import ChatTemplate, ReasoningEffort, ReasoningOptions
     from app.engine.reasoning import Channel
     from app.offload_loader import OffloadLoader
@@ -423,6 +423,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     placement = model_settings(args)
     # A remote device's failure aborts the process that uses it: run in a watched child.
     if (code := rpc_supervisor.supervise_if_remote(args, placement.rpc_servers)) is not None:
+        return code
+    # A crash in llama.cpp ends a forked child; this process then says what crashed.
+    if (
+        not placement.rpc_servers.strip()
+        and (code := crash_supervisor.supervise("run")) is not None
+    ):
         return code
     path, prompt = _resolve_model_and_prompt(args)
     reasoning = ReasoningOptions(

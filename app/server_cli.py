@@ -95,7 +95,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from app import rpc_supervisor
+    from app import crash_supervisor, rpc_supervisor
     from app.engine import ContextSettings, ModelSettings
     from app.server import ServerConfig, ServerRunner
 
@@ -123,6 +123,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         path = args.remote_model or ""  # the model's name on the remote server
     elif not args.model:
         path = default_model_path()
+    # A crash in llama.cpp ends a forked child (before it binds the port); this process
+    # then says what crashed. Remote devices have their own watcher (rpc_supervisor).
+    if (
+        loader is None
+        and given is None
+        and not per_model.rpc_servers.strip()
+        and (code := crash_supervisor.supervise("serve")) is not None
+    ):
+        return code
     n_seq = config.resident + config.parallel
     if args.embeddings:
         # The engine's embeddings abort in ggml (GGML_ASSERT ggml_can_mul_mat) when
@@ -169,6 +178,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         runner.stop_listening()
 
     previous = signal.signal(signal.SIGTERM, on_signal)
+    if loaded.notice:  # e.g. loaded without the CPU kernels that crashed (issue 27)
+        print(f"llamadesk: warning: {loaded.notice}", file=sys.stderr, flush=True)
     print(
         f"LlamaDesk is serving {Path(loaded.path).name} (context {loaded.n_ctx:,}, "
         f"{config.parallel} at once) at {runner.url}/v1",

@@ -65,12 +65,18 @@ class Model:
         self.placement = place(self.info, settings)
         # llama.cpp aborts the process on some damage no header check foresees: the first
         # load of a header this app has not loaded before is tried in a child process.
-        load_check.ensure_loadable(
+        # The same check runs the decode shapes the app uses: a model that crashes llama.cpp
+        # with its extra CPU buffer types is loaded without them (``load_notice`` says so).
+        verdict = load_check.ensure_loadable(
             p,
             header,
             architecture=self.info.architecture,
             n_gpu_layers=self.placement.plan.n_gpu_layers,
+            extra_bufts=settings.use_extra_bufts,
         )
+        # What the user is told about how this model was loaded ("": nothing to say).
+        self.load_notice = verdict.notice
+        extra_bufts = settings.use_extra_bufts and verdict.extra_bufts
         self.path = p
         self.settings = settings
         self._cancelled = False
@@ -102,7 +108,9 @@ class Model:
             return keep_going
 
         # Kept for the model's life: llama.cpp reads the override array it points at.
-        self._cpu_quirks = apply_cpu_quirks(params, p)
+        self._cpu_quirks = apply_cpu_quirks(params, p) if extra_bufts else None
+        if not extra_bufts:
+            params.use_extra_bufts = False
 
         # Keep the ctypes callback referenced for the whole load: if it were collected,
         # llama.cpp would call freed memory.
