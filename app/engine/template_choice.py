@@ -63,6 +63,9 @@ def choose(model: Model, user_choice: str = "") -> tuple[ChatTemplate, EndMarker
         architecture=info.architecture or None,
         has_token=vocabulary.has_token,
         user_choice=user_choice,
+        # Strip a BOS/EOS text only where the tokenizer adds that token (llama.cpp's rule).
+        add_bos=model.add_bos,
+        add_eos=model.add_eos,
     )
     strings: list[str] = []
     tokens: set[int] = set()
