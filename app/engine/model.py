@@ -136,6 +136,7 @@ class Model:
         self.vocab = llama_cpp.llama_model_get_vocab(handle)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+        self.add_eos = bool(llama_cpp.llama_vocab_get_add_eos(self.vocab))
         self.bos = int(llama_cpp.llama_vocab_bos(self.vocab))
         self.eos = int(llama_cpp.llama_vocab_eos(self.vocab))
         self.has_encoder = bool(llama_cpp.llama_model_has_encoder(handle))
@@ -184,7 +185,7 @@ class Model:
             else:
                 # parse_special off: the fragment holds no special token that takes part
                 out.extend(self._tokenize_bytes(fragment, False, False))
-        if add_special and llama_cpp.llama_vocab_get_add_eos(self.vocab):
+        if add_special and self.add_eos:
             out.append(self.eos)
         return out
 

@@ -7,6 +7,7 @@ only runs the turn (and, for a chat, renders the prompt that now fits once more)
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -37,7 +38,12 @@ from app.server.store import ConversationStore
 from app.session import ChatMessage, FinishReason, LoadedModel, TurnResult
 from app.session import events as ev
 
+_logger = logging.getLogger(__name__)
+
 STOP_WAIT_S = 10.0
+# How long a finished reply waits for its row to be committed before the client is told it
+# finished anyway (a database another process holds locked; SQLite's own busy wait is 5 s).
+STORE_WAIT_S = 30.0
 
 
 class Generation:
@@ -204,6 +210,8 @@ class Generation:
                         return
                     if result.finish_reason is FinishReason.ABORTED:
                         raise ClientGone
+                    # Committed before the client hears it finished (issue 27): a kill
+                    # right after a whole reply must not lose it.
                     self._record(conv, req, model, result, "".join(answer), "".join(reasoning))
                     yield Done(result, conv.name)
                     return
@@ -242,10 +250,11 @@ class Generation:
         answer: str,
         reasoning: str,
     ) -> None:
+        """Store the turn and wait for the commit (the store's thread writes it)."""
         if conv.name is None or self._store is None or not isinstance(req, ChatRequest):
             return
         reply = ChatMessage("assistant", answer, reasoning, tool_calls=result.tool_calls)
-        self._store.record(
+        stored = self._store.record(
             conv.cid,
             req.system,
             req.messages,
@@ -256,3 +265,7 @@ class Generation:
             result=result,  # the reply's ReplyMeta, as a window's reply gets
             engine=model.engine,
         )
+        try:
+            stored.result(STORE_WAIT_S)
+        except Exception as exc:  # the client still gets the reply it was sent
+            _logger.warning("the reply to API conversation %s was not stored: %r", conv.name, exc)

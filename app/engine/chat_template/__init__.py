@@ -47,8 +47,9 @@ On top of that it smooths over what real templates get wrong for a chat app:
 * **BOS.** The engine tokenizes the rendered text with ``add_special=True``, so llama.cpp
   adds the BOS token itself when the model wants one. Templates that start with
   ``{{ bos_token }}`` would double it; :meth:`ChatTemplate.render` therefore strips one
-  leading ``bos_token`` text by default (``strip_bos=True``), exactly like llama.cpp's
-  server.
+  leading ``bos_token`` text by default (``strip_bos=True``) when the tokenizer adds BOS
+  (``add_bos``; a trailing ``eos_token`` likewise with ``add_eos``), exactly like
+  llama.cpp's server. A model that adds none keeps it (SmolLM2: ``<|im_start|>``).
 * **Stop strings.** :attr:`ChatTemplate.stop_strings` is the special-token-like marker the
   template writes right after a finished assistant message (``<|im_end|>``,
   ``<|eot_id|>``, ``<end_of_turn>``, ``</s>`` ...), found by rendering a probe; empty when

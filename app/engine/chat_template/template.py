@@ -79,7 +79,11 @@ class ChatTemplate:
     """A compiled chat template; :meth:`render` turns messages into prompt text.
 
     Construct with the GGUF's ``tokenizer.chat_template`` (None for a built-in fallback)
-    and the BOS/EOS token texts. Raises :class:`ChatTemplateError` when the template does
+    and the BOS/EOS token texts; ``add_bos``/``add_eos`` say whether the model's tokenizer
+    adds those tokens itself (``llama_vocab_get_add_bos``/``_eos``): only then does
+    :meth:`render` strip their texts, as llama.cpp's ``common_chat`` does (SmolLM2's BOS
+    text is ``<|im_start|>`` but it adds no BOS: stripping it lost the first marker).
+    Raises :class:`ChatTemplateError` when the template does
     not compile or cannot render even a single user message; :meth:`for_model` never raises.
     """
 
@@ -93,9 +97,14 @@ class ChatTemplate:
         architecture: str | None = None,
         now: Callable[[], datetime] | None = None,
         choice: TemplateChoice | None = None,
+        add_bos: bool = True,
+        add_eos: bool = False,
     ) -> None:
         self.bos_token: Final = bos_token or ""
         self.eos_token: Final = eos_token or ""
+        #: Whether the tokenizer adds BOS / EOS itself (then render strips their texts).
+        self.add_bos: Final = add_bos
+        self.add_eos: Final = add_eos
         self._now: Callable[[], datetime] = now or datetime.now
         if choice is None:
             if template and template.strip():
@@ -180,12 +189,15 @@ class ChatTemplate:
         now: Callable[[], datetime] | None = None,
         has_token: HasToken | None = None,
         user_choice: str | None = None,
+        add_bos: bool = True,
+        add_eos: bool = False,
     ) -> ChatTemplate:
         """The template to use (see :mod:`.choice` for the order); never raises.
 
         ``has_token`` says whether a text is one special token of the model's vocabulary
         (without it, only the BOS/EOS texts are known); ``user_choice`` is a bundled
-        template's name or a Jinja file (empty: automatic). A choice that cannot be used
+        template's name or a Jinja file (empty: automatic); ``add_bos``/``add_eos``: what
+        the tokenizer adds (see the class). A choice that cannot be used
         is logged and the next one in the order is taken, its reason saying so.
         """
         known = {bos_token, eos_token} - {""}
@@ -200,6 +212,8 @@ class ChatTemplate:
                 architecture=architecture,
                 now=now,
                 choice=choice,
+                add_bos=add_bos,
+                add_eos=add_eos,
             )
 
         refused = ""
@@ -413,8 +427,10 @@ class ChatTemplate:
         ``reasoning`` chooses thinking on/off and the effort (default: thinking on, the
         template's effort). ``extra`` becomes template variables (``tools``,
         ``date_string`` ...) and wins over those that ``reasoning`` sets.
-        With ``strip_bos`` (the default) one leading BOS token text is removed, because the
-        engine tokenizes with ``add_special=True`` and llama.cpp adds BOS itself.
+        With ``strip_bos`` (the default) one leading BOS token text is removed where the
+        tokenizer adds BOS (``add_bos``), because the engine tokenizes with
+        ``add_special=True`` and llama.cpp adds BOS itself; a trailing EOS text likewise
+        where it adds EOS. That is llama.cpp's ``common_chat_template_direct_apply``.
 
         Raises :class:`ChatTemplateError` when the template refuses the conversation even
         after the system prompt has been merged into the first user message and repeated
@@ -444,8 +460,8 @@ class ChatTemplate:
             except Exception as caught:  # a template is foreign code: anything may come out
                 error = caught
                 continue
-            if strip_bos and self.bos_token and text.startswith(self.bos_token):
-                text = text[len(self.bos_token) :]
+            if strip_bos:
+                text = self._strip_added_tokens(text)
             return text
         assert error is not None
         raise ChatTemplateError(
@@ -458,6 +474,14 @@ class ChatTemplate:
             if isinstance(error, ChatTemplateError)
             else None,
         ) from error
+
+    def _strip_added_tokens(self, text: str) -> str:
+        """``text`` without the BOS/EOS texts the tokenizer will add itself (only those)."""
+        if self.add_bos and self.bos_token and text.startswith(self.bos_token):
+            text = text[len(self.bos_token) :]
+        if self.add_eos and self.eos_token and text.endswith(self.eos_token):
+            text = text[: -len(self.eos_token)]
+        return text
 
     @functools.cached_property
     def tool_caps(self) -> ToolCaps:
