@@ -145,16 +145,10 @@ class Generation:
         try:
             n_ctx = model.n_ctx_seq
             tokens = self.prompt_tokens(req, n_ctx)
-            n_prompt = len(tokens)
-            max_tokens = req.sampling.max_tokens
-            if self.local_tokens and req.max_tokens_given and n_prompt + max_tokens > n_ctx:
-                raise ApiError(
-                    400,
-                    f"The context holds {n_ctx} tokens; the request asks for {n_prompt + max_tokens} "
-                    f"({n_prompt} in the prompt, {max_tokens} to generate). Lower max_tokens.",
-                    param="max_tokens",
-                    code="context_length_exceeded",
-                )
+            # A max_tokens past the room left is not refused (many clients send a large
+            # default): as in llama-server, the reply runs until the context is full and
+            # ends with "length" (the conversation's STOP policy). Only a prompt that
+            # leaves no room is refused, above.
             conv, _ = self._pool.acquire(req.conversation, tokens)
             events: queue.SimpleQueue[ev.ConversationEvent] = queue.SimpleQueue()
             conv.sink = events.put
