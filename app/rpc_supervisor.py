@@ -45,6 +45,7 @@ from app.remote.connection import RemoteConnection
 log = logging.getLogger(__name__)
 
 CHILD_ENV = "LLAMADESK_RPC_CHILD_FD"  # set in the child: the heartbeat pipe's fd
+NO_BACKTRACE_ENV = "GGML_NO_BACKTRACE"  # ggml's abort: no gdb backtrace (as the load check)
 STALL_S = 30.0  # no progress for this long: the worker is taken as gone (issue: < 60 s)
 
 
@@ -87,6 +88,9 @@ def run_supervised(argv: Sequence[str], endpoints: str, stall_s: float = STALL_S
     read_fd, write_fd = os.pipe()
     env = dict(os.environ)
     env[CHILD_ENV] = str(write_fd)
+    # llama.cpp's abort (a worker gone) would attach gdb and print a backtrace on the
+    # stdout the child shares with us, into the reply or the --json object
+    env[NO_BACKTRACE_ENV] = "1"
     try:
         child = subprocess.Popen([*self_command(), *argv], env=env, pass_fds=(write_fd,))
     finally:
@@ -223,6 +227,7 @@ class PrivateServer:
         self._env[PRIVATE_ENV] = json.dumps({"context": context, "model": model})
         self._env[PRIVATE_KEY_ENV] = self.key
         self._env.pop(CHILD_ENV, None)
+        self._env[NO_BACKTRACE_ENV] = "1"  # no gdb attached to a child that llama.cpp aborts
         self._argv = ["serve", model_path, "--host", "127.0.0.1", "--no-persist"]
         self._argv += ["--parallel", str(max(1, parallel)), "--resident", "1"]
         self._errors: list[str] = []
