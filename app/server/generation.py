@@ -197,6 +197,11 @@ class Generation:
                         yield Failed(server_error(message))
                         return
                     if result.finish_reason is FinishReason.ABORTED:
+                        if result.error and not gone():
+                            # cut off by the engine (a remote worker gone mid-reply), not by
+                            # the client: the stream ends with an error event, then [DONE]
+                            yield Failed(server_error(result.error))
+                            return
                         raise ClientGone
                     self._record(conv, req, model, result, "".join(answer), "".join(reasoning))
                     yield Done(result, conv.name)

@@ -25,6 +25,7 @@ from app import __version__
 from app.engine import SamplingParams
 from app.server.admission import Admission
 from app.server.config import ServerConfig
+from app.server.errors import unavailable
 from app.server.front import RemoteFront
 from app.server.generation import Generation
 from app.server.heap import limit_heap_growth
@@ -103,6 +104,8 @@ class ApiService:
         # ``serve --remote`` (and ``serve --rpc``'s private server): the remote engine's
         # loader, whose engine answers the routes a session cannot (app.server.front)
         self.remote_loader: Any = None
+        # ``serve --rpc``: why the private model process cannot answer now (None: it can)
+        self.model_down: Callable[[], str | None] = lambda: None
         self._front: RemoteFront | None = None
         if attached or model is not None:
             self.attach(model)
@@ -143,6 +146,9 @@ class ApiService:
     # ---------------------------------------------------------------- about the model
 
     def health(self) -> tuple[int, dict[str, Any]]:
+        down = self.model_down()
+        if down is not None:
+            return 503, {"error": {"code": 503, "message": down, "type": "unavailable_error"}}
         if self.served.loaded is not None:
             return 200, {"status": "ok"}
         if self.served.load_error:
@@ -307,6 +313,9 @@ class ApiService:
         self, req: GenerationRequest, gone: Gone, client: str = "", endpoint: str = ""
     ) -> Iterator[Item]:
         """See :meth:`Generation.generate`."""
+        down = self.model_down()
+        if down is not None:  # at once, not after the remote engine's connection fails
+            raise unavailable(down, "model_gone")
         return self.generation.generate(req, gone, client, endpoint)
 
     def close(self) -> None:
