@@ -74,7 +74,10 @@ def _add_connection_args(group: Any) -> None:
         "LlamaDesk) answers, e.g. http://127.0.0.1:8080; the conversation is stored",
     )
     group.add_argument(
-        "--remote-model", metavar="NAME", help="the model on that server (default: its first)"
+        "--remote-model",
+        metavar="NAME",
+        help="the model on that server: its id, or its file name (llama-server lists a path); "
+        "default: its first",
     )
     group.add_argument(
         "--remote-api-key",

@@ -168,6 +168,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             loader=loader,
             model_settings=per_model,
         )
+        if private is not None:  # /health and requests say when the worker took it away
+            runner.service.model_down = private.down
         loaded = runner.start(background=True)  # /health answers "loading" meanwhile
     except BaseException:
         if private is not None:

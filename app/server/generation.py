@@ -151,16 +151,10 @@ class Generation:
         try:
             n_ctx = model.n_ctx_seq
             tokens = self.prompt_tokens(req, n_ctx)
-            n_prompt = len(tokens)
-            max_tokens = req.sampling.max_tokens
-            if self.local_tokens and req.max_tokens_given and n_prompt + max_tokens > n_ctx:
-                raise ApiError(
-                    400,
-                    f"The context holds {n_ctx} tokens; the request asks for {n_prompt + max_tokens} "
-                    f"({n_prompt} in the prompt, {max_tokens} to generate). Lower max_tokens.",
-                    param="max_tokens",
-                    code="context_length_exceeded",
-                )
+            # A max_tokens past the room left is not refused (many clients send a large
+            # default): as in llama-server, the reply runs until the context is full and
+            # ends with "length" (the conversation's STOP policy). Only a prompt that
+            # leaves no room is refused, above.
             conv, _ = self._pool.acquire(req.conversation, tokens)
             events: queue.SimpleQueue[ev.ConversationEvent] = queue.SimpleQueue()
             conv.sink = events.put
@@ -209,6 +203,11 @@ class Generation:
                         yield Failed(server_error(message))
                         return
                     if result.finish_reason is FinishReason.ABORTED:
+                        if result.error and not gone():
+                            # cut off by the engine (a remote worker gone mid-reply), not by
+                            # the client: the stream ends with an error event, then [DONE]
+                            yield Failed(server_error(result.error))
+                            return
                         raise ClientGone
                     # Committed before the client hears it finished (issue 27): a kill
                     # right after a whole reply must not lose it.

@@ -451,7 +451,18 @@ class ApiHandler(BaseHTTPRequestHandler):
         self._generate(items, req.stream, req.include_usage, chat_response, chat_chunks)
 
     def _completions(self, path: str) -> None:
-        req = parse_completion(self._read_json(), self.headers.get("X-Conversation-Id"))
+        body = self._read_json()
+        if self.server.service.front is not None:  # serve --remote: the remote server answers
+            answer = self.server.service.forward_completion(body, self.gone)
+            if isinstance(answer, dict):
+                self._send_json(200, answer)
+                return
+            try:
+                self._stream(answer)
+            finally:
+                answer.close()
+            return
+        req = parse_completion(body, self.headers.get("X-Conversation-Id"))
         items = self.server.service.generate(req, self.gone, self.client_name(), path)
         self._generate(items, req.stream, req.include_usage, completion_response, completion_chunks)
 
