@@ -24,7 +24,8 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from app.keyring_backend import system_keyring
-from app.remote.connection import RemoteConnection, is_loopback
+from app.loopback import is_loopback_host
+from app.remote.connection import RemoteConnection
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ class SavedConnection:
         parts = urlsplit(self.url.strip())
         return (
             parts.scheme == "http"
-            and not is_loopback(parts.hostname or "")
+            and not is_loopback_host(parts.hostname or "")
             and not self.allow_insecure
         )
 
