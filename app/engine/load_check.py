@@ -75,7 +75,7 @@ def cache_key(header: GGUFHeader) -> str:
 
 
 def cache_dir() -> Path:
-    return paths.data_dir() / "load_checks"
+    return paths.private_dir("load_checks")
 
 
 def check(

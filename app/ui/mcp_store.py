@@ -121,7 +121,6 @@ class SecretStore:
         )
 
     def _write_file(self, data: Mapping[str, str]) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(self._path, json.dumps(dict(data), indent=1).encode("utf-8"))
 
     def get(self, server: str, name: str) -> str | None:
@@ -253,7 +252,6 @@ class McpStore:
     def _write(self, entries: Iterable[ServerEntry]) -> None:
         data = {"mcpServers": {e.name: _entry_json(e) for e in entries}}
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(self.path, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
         except OSError as exc:
             raise McpStoreError(
