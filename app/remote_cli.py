@@ -83,7 +83,9 @@ def _add_connection_args(group: Any) -> None:
         "--remote-api-key",
         metavar="KEY",
         default=os.environ.get(API_KEY_ENV),
-        help=f"sent as 'Authorization: Bearer KEY' (default: ${API_KEY_ENV})",
+        help="sent as 'Authorization: Bearer KEY'. A key on the command line is visible to "
+        f"every user of this computer (ps, /proc/PID/cmdline): set {API_KEY_ENV} instead, "
+        "which is the default",
     )
     group.add_argument(
         "--remote-allow-insecure-http",

@@ -37,8 +37,9 @@ def register(sub: Any) -> None:
         "--api-key",
         metavar="KEY",
         default=os.environ.get("LLAMADESK_API_KEY"),
-        help="require 'Authorization: Bearer KEY' (default: $LLAMADESK_API_KEY); needed "
-        "to listen beyond the loopback",
+        help="require 'Authorization: Bearer KEY'; needed to listen beyond the loopback. A "
+        "key on the command line is visible to every user of this computer (ps, "
+        "/proc/PID/cmdline): set LLAMADESK_API_KEY instead, which is the default",
     )
     p.add_argument(
         "--parallel",

@@ -45,6 +45,7 @@ from typing import Any
 import llama_cpp
 
 from app.engine.gguf_header import GGUFHeaderError, TensorInfo, read_header
+from app.fsutil import atomic_write_bytes
 from app.paths import data_dir
 
 log = logging.getLogger(__name__)
@@ -200,10 +201,8 @@ def amx_verdict(
                 "cpu": identity.model,
                 "llama_cpp": identity.llama_cpp_version,
             }
-            tmp = path.with_suffix(".tmp")
             try:
-                tmp.write_text(json.dumps(cache, indent=1, sort_keys=True), encoding="utf-8")
-                tmp.replace(path)
+                atomic_write_bytes(path, json.dumps(cache, indent=1, sort_keys=True).encode())
             except OSError as exc:  # a read-only data folder: check again next start
                 log.warning("could not save the CPU check's verdict to %s: %s", path, exc)
         return verdict

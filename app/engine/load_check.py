@@ -132,7 +132,7 @@ def cache_key(header: GGUFHeader, *, extra_bufts: bool = True) -> str:
 
 
 def cache_dir() -> Path:
-    return paths.data_dir() / "load_checks"
+    return paths.private_dir("load_checks")
 
 
 def check(

@@ -18,13 +18,13 @@ Standard library only: nothing here loads llama.cpp.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import struct
 import time
 from dataclasses import dataclass
 
 from app.engine.errors import EngineError
+from app.loopback import is_loopback_host
 
 # ggml-rpc.cpp's enum rpc_cmd (RPC_CMD_HELLO is fixed at 14 by a static_assert there).
 CMD_GET_DEVICE_MEMORY = 11
@@ -55,12 +55,7 @@ class Endpoint:
 
     @property
     def is_loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
+        return is_loopback_host(self.host)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,13 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from app.mcp.config import HttpServer, McpConfig, ServerConfig, StdioServer
+from app.mcp.config import (
+    HttpServer,
+    McpConfig,
+    ServerConfig,
+    StdioServer,
+    insecure_http_refusal,
+)
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT",
@@ -167,6 +173,10 @@ class McpConnection:
         return f"The MCP server '{self.server.name}' {what}{because}.{said}"
 
     async def __aenter__(self) -> McpConnection:
+        refusal = insecure_http_refusal(self.server)
+        if refusal is not None:  # nothing is sent: not even the handshake with its headers
+            self.status = ServerStatus(self.server.name, False, sentence=refusal)
+            return self
         try:
             # The transports' task groups stay open past this call: they are entered
             # outside the timeout's cancel scope, which only bounds the handshake.
