@@ -33,14 +33,19 @@ def solo_engine(model: Path) -> Engine:
 
 
 def greedy_gaps(
-    engine: Engine, messages: Sequence[dict[str, str]], reply: str, ended: bool
+    engine: Engine, messages: Sequence[dict[str, str]], reply: str | list[int], ended: bool
 ) -> list[float]:
-    """For each token of ``reply`` (and the end of turn when ``ended``): how far its
-    logit is below the best one in a one-sequence run of the same conversation."""
+    """For each token of ``reply`` (its sampled tokens, or its text tokenized) and the end
+    of turn when ``ended``: how far its logit is below the best one in a one-sequence run
+    of the same conversation."""
     key = engine.open_sequence()
     try:
         engine.set_chat(key, list(messages))
-        tokens = engine.tokenize(reply, add_special=False, parse_special=False)
+        tokens = (
+            engine.tokenize(reply, add_special=False, parse_special=False)
+            if isinstance(reply, str)
+            else reply
+        )
         model = engine.model
         assert model is not None
         gaps: list[float] = []
@@ -58,7 +63,7 @@ def greedy_gaps(
 
 
 def assert_greedy_within(
-    engine: Engine, messages: Sequence[dict[str, str]], reply: str, ended: bool
+    engine: Engine, messages: Sequence[dict[str, str]], reply: str | list[int], ended: bool
 ) -> float:
     """Every step of ``reply`` was a greedy choice up to ``TOLERANCE``; the largest gap."""
     assert reply, "the reply is empty"
