@@ -1,5 +1,6 @@
 """``serve`` on SmolLM2 (in-process, as tests/server runs it) with four clients at once
-through the ``openai`` client, two streaming and two not.
+through the ``openai`` client, two streaming and two not; and ``llamadesk serve`` as its own
+process (the command a user runs, its load check included) with two.
 
 The four replies run in batches whose shape depends on when each request arrived, so each
 is checked by logits within a tolerance against a fresh one-sequence run of the same
@@ -20,6 +21,7 @@ from app.engine import Engine
 from app.server import ServerConfig, ServerRunner
 from tests.real.logit_check import assert_greedy_within, solo_engine
 from tests.server.conftest import start_server
+from tests.support.serve_process import ServeProcess
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -94,3 +96,22 @@ def test_four_clients_at_once_get_greedy_replies(server: ServerRunner, reference
         )
     # trained weights answer the question (a random model would not)
     assert "Paris" in replies[0][0]
+
+
+def test_the_serve_command_answers_two_clients_at_once(
+    smollm2: Path, reference: Engine, tmp_path: Path
+) -> None:
+    args = [str(smollm2), "--ctx-size", "2048", "--threads", "1", "--parallel", "2"]
+    proc = ServeProcess(args, tmp_path / "serve-home")
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            futures = [pool.submit(_ask, proc.url, q, i == 0) for i, q in enumerate(QUESTIONS[:2])]
+            replies = [f.result(timeout=240) for f in futures]
+        assert proc.proc.poll() is None  # still serving
+    finally:
+        code, err = proc.stop()
+    assert code == 0, err
+    for question, (text, finish, _) in zip(QUESTIONS, replies, strict=False):
+        assert finish in ("stop", "length")
+        messages = [{"role": "user", "content": question}]
+        assert_greedy_within(reference, messages, text, ended=finish == "stop")
