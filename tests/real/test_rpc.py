@@ -1,5 +1,6 @@
-"""An RPC device on loopback (``llamadesk rpc-worker``, tests/devices) running SmolLM2: part
-of the layers, then all of them, on the remote device through ``run``.
+"""An RPC device on loopback running SmolLM2 through ``run``: part of the layers, then all
+of them, on the app's ``llamadesk rpc-worker`` (tests/devices starts it) and on llama.cpp's
+own ``ggml-rpc-server`` (built by ``python -m tests.support.peers``).
 
 One sequence, the same prompt and chunking as the CPU-only run: a fresh run of the same
 shape (DESIGN.md section 7), so the greedy tokens must be equal token for token - the
@@ -11,22 +12,55 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.devices.conftest import ROOT, Worker, cli_env, running_worker
+from app.engine.rpc_probe import RpcProbeError, probe
+from tests.devices.conftest import ROOT, Worker, cli_env, free_port, running_worker
+from tests.support.peers import RPC_SERVER
 
 pytestmark = pytest.mark.timeout(300)
 PROMPT = "What is the capital of France?"
 FLAGS = ("--temp", "0", "-n", "16", "-c", "1024", "-t", "1")
 
 
-@pytest.fixture(scope="module")
-def worker() -> Iterator[Worker]:
-    yield from running_worker()
+def start_rpc_server() -> Worker:
+    """llama.cpp's ``ggml-rpc-server`` on a free port of 127.0.0.1, once it answers."""
+    if not RPC_SERVER.exists():
+        pytest.fail(
+            f"ggml-rpc-server is not built ({RPC_SERVER}): python -m tests.support.peers builds it"
+        )
+    endpoint = f"127.0.0.1:{free_port()}"
+    host, port = endpoint.split(":")
+    process = subprocess.Popen(
+        [str(RPC_SERVER), "-H", host, "-p", port, "-t", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            probe(endpoint, timeout_s=5)
+            return Worker(process, endpoint)
+        except RpcProbeError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise AssertionError(f"ggml-rpc-server on {endpoint} did not start") from None
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module", params=["rpc-worker", "ggml-rpc-server"])
+def worker(request: pytest.FixtureRequest) -> Iterator[Worker]:
+    if request.param == "rpc-worker":
+        yield from running_worker()
+        return
+    peer = start_rpc_server()
+    yield peer
+    peer.stop()
 
 
 def _run(model: Path, *extra: str) -> dict[str, Any]:
