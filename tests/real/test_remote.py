@@ -27,8 +27,8 @@ QUESTION = "What is the capital of France?"
 
 @pytest.fixture(scope="module")
 def llama_server(smollm2: Path) -> Iterator[str]:
-    # --no-repack: llama.cpp's AMX kernels crash on tied-embedding models on the Xeons this
-    # project runs on (issue 27 item 1; DESIGN.md section 8); llama-server needs it there.
+    # --no-repack: on the AMX Xeons this project runs on, llama-server dies while loading
+    # SmolLM2 without it (SIGILL, exit 132, in its extra buffer types; issue 27 item 1).
     proc, url = start_llama_server(smollm2, "--no-repack")
     yield url
     proc.terminate()
