@@ -18,6 +18,7 @@ Standard library only: nothing here loads llama.cpp.
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import struct
 import time
