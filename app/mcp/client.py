@@ -176,10 +176,6 @@ class McpConnection:
         return f"The MCP server '{self.server.name}' {what}{because}.{said}"
 
     async def __aenter__(self) -> McpConnection:
-        refusal = insecure_http_refusal(self.server)
-        if refusal is not None:  # nothing is sent: not even the handshake with its headers
-            self.status = ServerStatus(self.server.name, False, sentence=refusal)
-            return self
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
         await self._group.start(self.serve)
@@ -204,6 +200,11 @@ class McpConnection:
         fails (an HTTP server that is down) cancels that task. Here that cancellation ends
         this connection only, with a sentence, instead of reaching the caller (a
         traceback, or a hang with other servers still open)."""
+        refusal = insecure_http_refusal(self.server)
+        if refusal is not None:  # nothing is sent: not even the handshake with its headers
+            self.status = ServerStatus(self.server.name, False, sentence=refusal)
+            task_status.started()
+            return
         started = False
         try:
             async with contextlib.AsyncExitStack() as stack:
