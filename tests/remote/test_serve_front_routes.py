@@ -84,8 +84,9 @@ def test_the_front_serves_the_remote_routes(upstream: str, tmp_path: Path) -> No
             whole = reply.json()
             assert whole["choices"][0]["finish_reason"] == "length"
             assert whole["usage"]["completion_tokens"] == GREEDY["max_tokens"]
-            assert whole["choices"][0]["text"] == (
-                direct.post("/v1/completions", json=GREEDY).json()["choices"][0]["text"]
+            assert (
+                whole["choices"][0]["text"]
+                == (direct.post("/v1/completions", json=GREEDY).json()["choices"][0]["text"])
             )
             events = _events(http, GREEDY)
             assert events[-1] == "[DONE]"
