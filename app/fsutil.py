@@ -105,10 +105,13 @@ def is_shared_root(path: Path) -> bool:
         real = path.resolve()
     except (OSError, RuntimeError):
         return True
-    home = Path.home().resolve()
     roots = {Path("/"), Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")}
     with contextlib.suppress(OSError):
         roots.add(Path(tempfile.gettempdir()).resolve())
+    try:
+        home = Path.home().resolve()
+    except (OSError, RuntimeError, KeyError):  # no home to be found: nothing more to spare
+        return real in roots
     return real in roots or real == home or real in home.parents
 
 

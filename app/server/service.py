@@ -295,6 +295,9 @@ class ApiService:
         assert front is not None
         req = parse_completion(body)
         self.served.get()
+        down = self.model_down()
+        if down is not None:
+            raise unavailable(down, "model_gone")
         self.admission.enter(gone)
         try:
             answer = front.completions(expect_object(body), req.stream)

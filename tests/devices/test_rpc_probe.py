@@ -178,3 +178,20 @@ def test_endpoint_lists() -> None:
     assert not parse_endpoint("10.0.0.2:5").is_loopback
     with pytest.raises(RpcProbeError, match="twice"):
         parse_endpoints("a:1,a:1")
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "said"),
+    [
+        ("http://127.0.0.1:50052", "without a URL scheme"),
+        ("127.0.0.1:50052:1", "the trailing ':1' is not part of an RPC endpoint"),
+    ],
+)
+def test_run_rpc_says_what_is_wrong_with_the_endpoint(
+    endpoint: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app.cli import main
+
+    assert main(["run", "model.gguf", "hi", "--rpc", endpoint]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "give 127.0.0.1:50052." in err and "IPv6" not in err

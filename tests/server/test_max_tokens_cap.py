@@ -72,3 +72,22 @@ def test_only_a_prompt_that_does_not_fit_is_refused(make_server: MakeServer) -> 
         assert error["code"] == "context_length_exceeded"
         assert error["param"] == "messages"
         assert error["message"].endswith("Shorten the prompt.")
+
+
+def test_a_long_prompt_gets_what_room_is_left(make_server: MakeServer) -> None:
+    # the prompt leaves less than the reply reserve (a quarter of the context): the reply
+    # still gets the room that is left, not a 400 and not a trimmed history
+    runner = make_server(ServerConfig(parallel=1, max_resident=1), n_ctx=N_CTX * 2)
+    n_ctx = runner.service.served.get().n_ctx_seq
+    body = {
+        "messages": [{"role": "user", "content": "hello world " * 40}],
+        "max_tokens": 100_000,
+        "grammar": ENDLESS,
+    }
+    with httpx2.Client(base_url=runner.url, timeout=120) as http:
+        reply = http.post(CHAT, json=body)
+        assert reply.status_code == 200, reply.text
+        usage = reply.json()["usage"]
+        assert usage["prompt_tokens"] > n_ctx * 3 // 4
+        assert reply.json()["choices"][0]["finish_reason"] == "length"
+        assert usage["prompt_tokens"] + usage["completion_tokens"] >= n_ctx - 2
