@@ -207,3 +207,25 @@ def test_a_slot_saved_to_a_file_is_restored_into_another_slot(
     assert on_zero.cache_n == first.evaluated - 1, on_zero.raw[-1]["timings"]
     with pytest.raises(LlamaDeskError, match=r"could not be restored: .+\.$"):
         restore_slot(client, conn, 0, "llamadesk-missing.bin")
+
+
+def test_the_real_model_runs_on_this_cpu_with_the_apps_quirk_flags(
+    smollm2: Path, client: httpx2.Client
+) -> None:
+    """start_llama_server passes app.engine.cpu_quirks.llama_server_flags(): where
+    llama.cpp's AMX kernels crash (this machine's Xeon: llama-server died loading the
+    first batch of SmolLM2's Q4_1 weights without ``--no-repack``), the peer keeps off
+    them as the app does, and a batch of several tokens decodes."""
+    proc, url = start_llama_server(smollm2)
+    try:
+        reply = client.post(
+            f"{url}/completion",
+            json={"prompt": "The llama is an animal that", "n_predict": 4, "temperature": 0},
+        )
+        assert reply.status_code == 200, reply.text[:300]
+        body = reply.json()
+        assert body["tokens_evaluated"] > 4 and body["tokens_predicted"] == 4
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(30)
