@@ -20,6 +20,7 @@ import httpx2
 import pytest
 
 from app.engine import SamplingParams
+from app.engine.cpu_quirks import amx_guard_active, llama_server_flags
 from app.errors import LlamaDeskError
 from app.remote import RemoteConnection, ServerKind
 from app.remote.completion import Held, Piece, held_after, prepare, prompt_of, read_piece
@@ -226,6 +227,24 @@ def test_the_real_model_runs_on_this_cpu_with_the_apps_quirk_flags(
         body = reply.json()
         assert body["tokens_evaluated"] > 4 and body["tokens_predicted"] == 4
         assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@pytest.mark.parametrize("mode", ["off", "on"])
+def test_the_peer_is_started_with_the_apps_amx_rule(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """LLAMADESK_AMX=off keeps the app off AMX without checking, =on uses it: the peer's
+    command line follows (where this CPU and build have AMX at all)."""
+    monkeypatch.setenv("LLAMADESK_AMX", mode)
+    expected = ["--no-repack"] if amx_guard_active() else []
+    assert llama_server_flags() == expected
+    proc, _ = start_llama_server(tiny_model)
+    try:
+        argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        assert (b"--no-repack" in argv) == bool(expected), argv
     finally:
         proc.terminate()
         proc.wait(30)
