@@ -214,9 +214,9 @@ def test_the_real_model_runs_on_this_cpu_with_the_apps_quirk_flags(
     smollm2: Path, client: httpx2.Client
 ) -> None:
     """start_llama_server passes app.engine.cpu_quirks.llama_server_flags(): where
-    llama.cpp's AMX kernels crash (this machine's Xeon: llama-server died loading the
-    first batch of SmolLM2's Q4_1 weights without ``--no-repack``), the peer keeps off
-    them as the app does, and a batch of several tokens decodes."""
+    llama.cpp's AMX kernels crash (this machine's Xeon: without ``--no-repack``
+    llama-server dies of SIGILL loading SmolLM2's Q4_1 weights, LLAMADESK_AMX=on shows
+    it), the peer keeps off them as the app does, and a batch of several tokens decodes."""
     proc, url = start_llama_server(smollm2)
     try:
         reply = client.post(
