@@ -70,8 +70,8 @@ def _round(
                 turn += 1
                 try:
                     text = _stream_one(http, name, f"client {index} says hello {turn} " * 3)
-                except httpx2.HTTPError:
-                    return  # the server is gone
+                except (httpx2.HTTPError, ValueError):
+                    return  # the server is gone (a line cut off is no JSON)
                 if text is None:
                     continue
                 with lock:
