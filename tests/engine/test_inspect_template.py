@@ -87,3 +87,23 @@ def test_inspect_says_a_model_uses_its_own_template(tiny_model: Path) -> None:
     inspected = _app("inspect", str(tiny_model), "--json")
     assert inspected.returncode == 0, inspected.stderr
     assert json.loads(inspected.stdout)["chat_template_choice"]["source"] == "gguf"
+
+
+def test_the_header_choice_is_the_loaded_models(
+    gemma3_model: Path, tiny_model: Path, smollm2: Path, tmp_path: Path
+) -> None:
+    """Without loading (the header's vocabulary) and loaded (llama.cpp's): the same choice,
+    also for a model whose only hint is its vocabulary's ChatML markers."""
+    from app.engine import Engine
+    from app.engine.metadata import read_model_header
+    from app.engine.template_choice import choose_for_file
+    from tests.support.settings import small_settings
+
+    chatml_only = write_arch_model(tmp_path / "chatml-vocab.gguf", "llama", chat_template=None)
+    for model in (gemma3_model, tiny_model, smollm2, chatml_only):
+        info, header = read_model_header(model)
+        engine = Engine.open(model, small_settings(n_seq_max=1))
+        try:
+            assert choose_for_file(info, header) == engine.template_choice, model.name
+        finally:
+            engine.close()

@@ -22,6 +22,7 @@ import pytest
 from app.engine import Engine, SamplingParams
 from app.engine.cpu_quirks import llama_server_flags
 from tests.remote.llama_server_process import start_llama_server
+from tests.support.serve_process import ServeProcess
 from tests.support.settings import small_settings
 
 pytestmark = pytest.mark.timeout(300)
@@ -74,17 +75,22 @@ def test_prompt_text_and_tokens_are_llama_servers(engine: Engine, llama_server: 
     assert engine.tokenize(prompt) == reference_tokens
 
 
-def test_greedy_reply_is_llama_servers(engine: Engine, llama_server: str) -> None:
-    """Compared with a fresh run of the same shape (module docstring), token for token."""
+def _greedy_reply(url: str) -> str:
+    """A greedy chat reply from an OpenAI-compatible server; its prompt was 34 tokens."""
     answer = httpx2.post(
-        f"{llama_server}/v1/chat/completions",
+        f"{url}/v1/chat/completions",
         json={"messages": MESSAGES, "temperature": 0, "max_tokens": N_REPLY, "seed": 1},
         timeout=120,
     )
     assert answer.status_code == 200, answer.text
     body = answer.json()
-    reference = body["choices"][0]["message"]["content"]
     assert body["usage"]["prompt_tokens"] == 34
+    return str(body["choices"][0]["message"]["content"])
+
+
+def test_greedy_reply_is_llama_servers(engine: Engine, llama_server: str) -> None:
+    """Compared with a fresh run of the same shape (module docstring), text for text."""
+    reference = _greedy_reply(llama_server)
     key = engine.open_sequence()
     try:
         completion = engine.chat(
@@ -108,3 +114,17 @@ def test_bos_and_eos_texts_are_stripped_only_where_the_tokenizer_adds_them() -> 
     assert ChatTemplate(source, "<s>", "</s>", add_eos=True).render(hi, strip_bos=False) == (
         "<s>hi</s>"
     )
+
+
+def test_serve_gives_llama_servers_prompt_and_reply(
+    smollm2: Path, llama_server: str, tmp_path: Path
+) -> None:
+    """``serve`` renders through the same template: one request at a time, the same shape."""
+    served = ServeProcess([str(smollm2), "--parallel", "1", "-t", "1"], tmp_path / "home")
+    try:
+        reply = _greedy_reply(served.url)
+    finally:
+        code, err = served.stop()
+    assert code == 0, err
+    assert reply == _greedy_reply(llama_server)
+    assert reply.strip()

@@ -1,8 +1,8 @@
 """A finished reply is committed before the client is told it finished (issue 27, item 4).
 
-A real ``serve`` process, four clients streaming through real HTTP, and ``kill -9`` the
-moment a client has read a reply's final event (the one with ``finish_reason``), several
-rounds: every reply a client received whole is in the database, with its text. Before,
+A real ``serve`` process, four clients streaming through real HTTP (and a fifth taking
+whole responses), and ``kill -9`` the moment a client has read a reply's final event (the one
+with ``finish_reason``) or a whole response, several rounds: every reply a client received whole is in the database, with its text. Before,
 the write was queued on the store's thread after ``Done`` went out, and the kill lost it
 (missing/finished 0/223, 1/268, 3/95 ... in the issue's runs).
 """
@@ -29,16 +29,22 @@ ROUNDS = 3
 CLIENTS = 4
 
 
-def _stream_one(client: httpx2.Client, name: str, prompt: str) -> str | None:
-    """One streamed reply's text once its final event came (None: cut off before)."""
+def _stream_one(client: httpx2.Client, name: str, prompt: str, stream: bool) -> str | None:
+    """One reply's text once its final event (or the whole response) came (None: cut off
+    before)."""
     body = {
         "messages": [{"role": "user", "content": prompt}],
-        "stream": True,
+        "stream": stream,
         "max_tokens": 12,
         "temperature": 0.8,
         "seed": len(prompt),
         "conversation": name,
     }
+    if not stream:
+        response = client.post("/v1/chat/completions", json=body)
+        if response.status_code != 200:
+            return None
+        return str(response.json()["choices"][0]["message"]["content"] or "")
     parts: list[str] = []
     with client.stream("POST", "/v1/chat/completions", json=body) as response:
         if response.status_code != 200:
@@ -56,7 +62,7 @@ def _stream_one(client: httpx2.Client, name: str, prompt: str) -> str | None:
 def _round(
     serve: Callable[..., ServeProcess], model: Path, home: Path, kill_after: int
 ) -> dict[str, str]:
-    """Four clients stream until ``kill_after`` replies came whole; then kill -9 at once."""
+    """Clients ask until ``kill_after`` replies came whole; then kill -9 at once."""
     proc = serve(str(model), "--parallel", str(CLIENTS), "-t", "1", home=home)
     received: dict[str, str] = {}
     lock = threading.Lock()
@@ -69,9 +75,11 @@ def _round(
                 name = f"c{index}-t{turn}"
                 turn += 1
                 try:
-                    text = _stream_one(http, name, f"client {index} says hello {turn} " * 3)
-                except httpx2.HTTPError:
-                    return  # the server is gone
+                    prompt = f"client {index} says hello {turn} " * 3
+                    # four clients stream; a fifth waits for whole responses
+                    text = _stream_one(http, name, prompt, stream=index < CLIENTS)
+                except (httpx2.HTTPError, ValueError):
+                    return  # the server is gone (a line cut off is no JSON)
                 if text is None:
                     continue
                 with lock:
@@ -82,7 +90,7 @@ def _round(
                         os.kill(proc.proc.pid, signal.SIGKILL)
                         killed.set()
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS + 1)]
     for thread in threads:
         thread.start()
     for thread in threads:

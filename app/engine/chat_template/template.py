@@ -46,6 +46,7 @@ from app.engine.chat_template.thinking import (
     ReasoningEffort,
     ReasoningOptions,
     differs_at_end,
+    llama_server_handler,
     reasoning_variables,
     thinking_rule,
 )
@@ -62,6 +63,9 @@ _BUILTIN_SOURCES: Final = frozenset(
         TemplateSource.BUILTIN_DEFAULT,
     }
 )
+
+# llama-server's handlers that hand past reasoning to the template as ``thinking``.
+_THINKING_FIELD: Final = frozenset({"gpt-oss", "LFM2", "LFM2.5"})
 
 # Needles for the probes; plain words so that no template mangles them.
 _SYSTEM_NEEDLE: Final = "LlamaDeskProbeSystemText"
@@ -124,6 +128,11 @@ class ChatTemplate:
         self.builtin_name: Final[str | None] = choice.name if builtin else None
         #: The Jinja source in use.
         self.source: Final[str] = template
+        # Past reasoning goes to templates that read it as ``thinking`` under that name too,
+        # as llama-server's gpt-oss and LFM2/LFM2.5 handlers copy it.
+        handler = llama_server_handler(template)
+        self._reasoning_as_thinking: Final = handler is not None and handler[0] in _THINKING_FIELD
+        self._thinking_blocks: Final = handler is not None and handler[0] == "Ministral 3"
         try:
             parsed = ENVIRONMENT.parse(template)
             self._compiled = ENVIRONMENT.from_string(
@@ -282,7 +291,9 @@ class ChatTemplate:
         variables = self._reasoning_variables(ReasoningOptions(enable_thinking=True))
         try:
             text = self._render_raw(
-                prepare_messages(turn, "<|channel|>" in self.source), False, variables
+                prepare_messages(turn, self._reasoning_as_thinking, self._thinking_blocks),
+                False,
+                variables,
             )
         except Exception as error:
             log.debug("Chat template refuses past reasoning: %s", describe(error))
@@ -439,7 +450,7 @@ class ChatTemplate:
         if tool_specs or any(m.get("tool_calls") or m.get("role") == "tool" for m in messages):
             messages, tool_extra = adapt_tool_messages(messages, tool_specs, self.tool_caps)
             extra = {**tool_extra, **extra}
-        given = prepare_messages(messages, "<|channel|>" in self.source)
+        given = prepare_messages(messages, self._reasoning_as_thinking, self._thinking_blocks)
         extra = {**self._reasoning_variables(reasoning or DEFAULT_REASONING), **extra}
         has_system = any(message.get("role") == "system" for message in given)
         first = merge_system(given) if has_system and not self.supports_system_role else given
