@@ -91,6 +91,7 @@ def test_serve_stops_on_sigterm_and_dies_with_a_killed_parent(
     # SIGTERM to the process a service manager knows reaches the server: a clean stop.
     server = ServeProcess([str(tiny_model)], tmp_path / "home")
     (child,) = _children(server.proc.pid)
+    assert server.server_pid == child != server.proc.pid
     code, err = server.stop()
     assert code == 0, err[-2000:]
     assert "stopping" in err and "crashed" not in err
