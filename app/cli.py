@@ -77,6 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args._argv = argv_list  # `run --rpc` runs this command line again in a watched child
+    # This process's own command line (not a call from a test or another program): `run`
+    # and `serve` may fork it into a watched child (app.crash_supervisor).
+    args._own_process = argv is None
     _configure_logging(args.verbose)
     func = getattr(args, "func", None)
     if func is None:

@@ -440,7 +440,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return code
     # A crash in llama.cpp ends a forked child; this process then says what crashed.
     if (
-        not placement.rpc_servers.strip()
+        getattr(args, "_own_process", False)
+        and not placement.rpc_servers.strip()
         and (code := crash_supervisor.supervise("run")) is not None
     ):
         return code

@@ -127,7 +127,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # A crash in llama.cpp ends a forked child (before it binds the port); this process
     # then says what crashed. Remote devices have their own watcher (rpc_supervisor).
     if (
-        loader is None
+        getattr(args, "_own_process", False)
+        and loader is None
         and given is None
         and not per_model.rpc_servers.strip()
         and (code := crash_supervisor.supervise("serve")) is not None

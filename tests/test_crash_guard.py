@@ -91,6 +91,7 @@ def test_serve_stops_on_sigterm_and_dies_with_a_killed_parent(
     # SIGTERM to the process a service manager knows reaches the server: a clean stop.
     server = ServeProcess([str(tiny_model)], tmp_path / "home")
     (child,) = _children(server.proc.pid)
+    assert server.server_pid == child != server.proc.pid
     code, err = server.stop()
     assert code == 0, err[-2000:]
     assert "stopping" in err and "crashed" not in err
@@ -161,3 +162,31 @@ def test_only_a_dead_window_with_a_fault_file_crashed(tmp_path: Path) -> None:
     alive = record.replace(str(dead), str(os.getppid()))
     crash_record.record_path(crash_record.WINDOW).write_text(alive)
     assert crash_record.last_window_crash() is None
+
+
+def test_run_and_serve_say_when_the_slower_path_was_chosen(
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first-load check's child crashes with extra buffer types (the fault switch
+    stands in for the AMX crash): both commands work, and say how on stderr."""
+    from app.engine.load_check import FAULT_ENV
+
+    notice = (
+        f"llamadesk: warning: {tiny_model.name} crashed llama.cpp with its faster CPU kernels "
+        "on this computer, so it runs without them (as llama-server's --no-repack), which "
+        "may be slower."
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "run", str(tiny_model), "Hello", "-n", "4"],
+        cwd=ROOT,
+        env=_env(tmp_path / "run-home", **{FAULT_ENV: "1"}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert notice in done.stderr.splitlines()
+    monkeypatch.setenv(FAULT_ENV, "1")
+    server = ServeProcess([str(tiny_model)], tmp_path / "serve-home")
+    code, err = server.stop()
+    assert code == 0 and notice in err.splitlines(), err[-2000:]

@@ -10,9 +10,13 @@ loaded for real, a child process (``python -m app.engine.load_check PATH``, or a
 forked from a warm helper: see :mod:`app.engine.load_check_runner`) loads it as the app
 does (memory-mapped, so the pages are shared with the app's own load; the CPU guard of
 :mod:`app.engine.cpu_quirks` applied), tokenizes a short text, and decodes the shapes the
-app decodes: a prompt chunk of ``min(n_batch, 512)`` tokens, one token of each of
-:data:`N_SEQ` sequences with logits for every row (the scheduler's batch, where the AMX
-crash was), and one token. It reports OK, or llama.cpp's refusal.
+app decodes: one token of each of :data:`N_SEQ` sequences with logits for every row (the
+scheduler's batch, where the AMX crash was), one token, and a prompt chunk of
+``min(n_batch, 512)`` tokens. It reports OK, or llama.cpp's refusal.
+
+A child that runs out of time (:func:`default_timeout`: the load is real, a cold file is
+read from disk) is no verdict: in the prompt chunk, the risky shapes passed (OK, kept);
+before it, this load goes without extra buffer types and the next one checks again.
 
 If the child dies, it is tried again without extra buffer types (llama-server's
 ``--no-repack``); when that one lives, the model is loaded that way and the user is told
@@ -25,8 +29,8 @@ header's metadata and tensor infos and the file's size, not the weights), of thi
 data folder's ``load_checks`` (and in memory), so a known file costs a hash of its header
 (milliseconds) and an edited one, another CPU or another build is tried again.
 
-``LLAMADESK_FAULT_EXTRA_BUFTS_CRASH`` (tests only) makes the child abort when it starts
-decoding: ``1`` only with extra buffer types, ``always`` in both tries.
+``LLAMADESK_FAULT_EXTRA_BUFTS_CRASH`` (tests only) makes the child die of SIGSEGV when it
+starts decoding: ``1`` only with extra buffer types, ``always`` in both tries.
 """
 
 from __future__ import annotations
@@ -58,7 +62,8 @@ log = logging.getLogger(__name__)
 # Bump when the child checks more (older verdicts are then not trusted). 2: a real load
 # and the app's decode shapes, again without extra buffer types if that crashes.
 CHECK_VERSION = 2
-TIMEOUT_S = 120.0
+TIMEOUT_S = 120.0  # plus the time to read the file (READ_RATE): the load is real
+READ_RATE = 100e6  # bytes per second a slow disk reads
 N_SEQ = 4  # sequences in the checked batch (one token each, a logits row each)
 MAX_CHUNK = 512  # the prompt chunk: min(n_batch, 512) tokens
 FAULT_ENV = "LLAMADESK_FAULT_EXTRA_BUFTS_CRASH"  # tests: "1" or "always" (module docstring)
@@ -141,12 +146,15 @@ def check(
     *,
     architecture: str = "",
     n_gpu_layers: int = 0,
-    timeout: float = TIMEOUT_S,
+    timeout: float | None = None,
     extra_bufts: bool = True,
 ) -> Verdict:
     """The verdict on loading ``path`` (whose parsed header is ``header``): from memory, the
     data folder, or a child process that tries the load. ``extra_bufts`` False: the user
-    chose to load without extra buffer types (safe settings), so only that is tried."""
+    chose to load without extra buffer types (safe settings), so only that is tried.
+    ``timeout``: for each child (None: :func:`default_timeout`)."""
+    if timeout is None:
+        timeout = default_timeout(path)
     key = cache_key(header, extra_bufts=extra_bufts)
     with _lock:
         verdict = _memo.get(key)
@@ -168,7 +176,7 @@ def ensure_loadable(
     *,
     architecture: str = "",
     n_gpu_layers: int = 0,
-    timeout: float = TIMEOUT_S,
+    timeout: float | None = None,
     extra_bufts: bool = True,
 ) -> Verdict:
     """:func:`check`, raising :class:`ModelLoadError` with its sentence when it fails."""
@@ -183,6 +191,16 @@ def ensure_loadable(
     if not verdict.ok:
         raise ModelLoadError(verdict.message)
     return verdict
+
+
+def default_timeout(path: Path) -> float:
+    """How long a child may take: :data:`TIMEOUT_S`, plus reading the file at
+    :data:`READ_RATE` (a cold 40 GB file takes minutes to map in)."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0
+    return TIMEOUT_S + size / READ_RATE
 
 
 def forget() -> None:
@@ -278,12 +296,20 @@ def _run_child(
     code = outcome.returncode
     log.info("load check of %s: exit %s in %.2f s", path.name, code, time.monotonic() - started)
     if code is None:
+        if _phase(outcome.stdout, exact=True) == "decode-chunk":
+            # Only the prompt chunk was left, and it is slow, not broken (the shapes where
+            # kernels crashed, several rows and one token, passed).
+            log.info("the load check of %s ran out of time in its prompt chunk", path.name)
+            return Verdict(True, extra_bufts=extra_bufts), True, None
+        # A slow disk or a busy computer: this load goes the safe way, the next checks again.
         return (
             Verdict(
-                False,
-                f"LlamaDesk could not check {path.name} within {timeout:.0f} s before loading it "
-                "(the computer may be busy). Try again.",
+                True,
+                f"LlamaDesk could not finish checking {path.name} within {timeout:.0f} s (the "
+                "computer may be busy), so it runs without llama.cpp's faster CPU kernels "
+                "this time; the next load checks again.",
                 "unchecked",
+                extra_bufts=False,
             ),
             False,
             None,
@@ -314,12 +340,16 @@ def _run_child(
     return Verdict(True, "", "unchecked"), False, None
 
 
-def _phase(stdout: str) -> str:
-    """The phase the child was in last: "loading" (the default) or "decoding"."""
+def _phase(stdout: str, *, exact: bool = False) -> str:
+    """The phase the child was in last: "loading" (the default) or "decoding"; ``exact``:
+    the child's own word ("load", "decode", "decode-chunk"; "" before any)."""
     for line in reversed(stdout.splitlines()):
         if line.startswith(_PHASE):
-            return "decoding" if line[len(_PHASE) :].strip() == "decode" else "loading"
-    return "loading"
+            said = line[len(_PHASE) :].strip()
+            if exact:
+                return said
+            return "decoding" if said.startswith("decode") else "loading"
+    return "" if exact else "loading"
 
 
 def _signal_name(signum: int) -> str:
@@ -506,15 +536,18 @@ def _decode_shapes(model: object, tokens: list[int], extra_bufts: bool) -> str:
         return "no: the context could not be created"
     batch = llama_cpp.llama_batch_init(max(chunk, N_SEQ), 0, N_SEQ)
     try:
-        # (token, position, sequence, logits) rows of each decode: a prompt chunk (logits
-        # for its last token), one token of each sequence (a logits row each: the
-        # scheduler's batch), one token.
+        # (token, position, sequence, logits) rows of each decode: one token of each
+        # sequence (a logits row each: the scheduler's batch), one token, then a prompt
+        # chunk (logits for its last token), the slow one last (a timeout there is no
+        # crash: see _run_child).
         shapes = [
-            [(tokens[i % len(tokens)], i, 0, i == chunk - 1) for i in range(chunk)],
-            [(tokens[s % len(tokens)], chunk if s == 0 else 0, s, True) for s in range(N_SEQ)],
-            [(tokens[0], chunk + 1, 0, True)],
+            [(tokens[s % len(tokens)], 0, s, True) for s in range(N_SEQ)],
+            [(tokens[0], 1, 0, True)],
+            [(tokens[i % len(tokens)], 1 + i, 1, i == chunk - 1) for i in range(chunk)],
         ]
-        for rows in shapes:
+        for n, rows in enumerate(shapes):
+            if n == len(shapes) - 1:
+                _phase_line("decode-chunk")
             for i, (token, pos, seq, logits) in enumerate(rows):
                 batch.token[i] = token
                 batch.pos[i] = pos

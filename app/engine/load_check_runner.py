@@ -71,8 +71,9 @@ def run_spawned(args: Sequence[str], timeout: float) -> Outcome:
             stdin=subprocess.DEVNULL,
             check=False,
         )
-    except subprocess.TimeoutExpired:
-        return Outcome(None, "", "")
+    except subprocess.TimeoutExpired as exc:  # what it printed so far says how far it got
+        out = exc.stdout if isinstance(exc.stdout, bytes) else b""
+        return Outcome(None, out.decode("utf-8", "replace"), "")
     return Outcome(
         proc.returncode,
         proc.stdout.decode("utf-8", "replace"),

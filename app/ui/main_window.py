@@ -257,7 +257,9 @@ class MainWindow(QMainWindow):
             path = self.initial_model_path()
             # The last session crashed in llama.cpp: say so; that model is not loaded again
             # by itself (app/ui/window_crash.py).
-            if path is not None and not window_crash.hold_back(self, path):
+            if path is not None and not window_crash.hold_back(
+                self.message_bar, lambda p: self.models_ui.load_model(p, safe=True), path
+            ):
                 self.load_model(path)
             else:
                 self.update_stack()

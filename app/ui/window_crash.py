@@ -9,13 +9,11 @@ were.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from app import crash_record
-
-if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
+from app.ui.message_bar import MessageBar
 
 SAFE_ACTION = "Load with safe settings"
 
@@ -28,18 +26,15 @@ def crash_message(record: crash_record.CrashRecord) -> str:
     )
 
 
-def hold_back(win: MainWindow, path: str) -> bool:
+def hold_back(bar: MessageBar, load_safe: Callable[[str], None], path: str) -> bool:
     """Before the start's automatic load of ``path``: whether it must not happen (the last
-    session crashed with it). The crash is said whichever model it was."""
+    session crashed with it). The crash is said in ``bar`` whichever model it was, with
+    the action that loads it by ``load_safe``."""
     record = crash_record.last_window_crash()
     if record is None:
         return False
     model = record.model
-    win.message_bar.show_message(
-        crash_message(record),
-        True,
-        action=(SAFE_ACTION, lambda: win.models_ui.load_model(model, safe=True)),
-    )
+    bar.show_message(crash_message(record), True, action=(SAFE_ACTION, lambda: load_safe(model)))
     return _same_file(path, model)
 
 

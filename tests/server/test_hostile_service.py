@@ -189,7 +189,7 @@ def test_memory_returns_after_large_requests(
             http.post("/tokenize", json={"content": "hello world"})
             http.post("/v1/completions", json={"prompt": "hello", "max_tokens": 2})
         time.sleep(0.5)
-        baseline = _rss_mib(proc.proc.pid)
+        baseline = _rss_mib(proc.server_pid)
         for _ in range(6):
             big = {"messages": [{"role": "user", "content": HUGE}], "max_tokens": 4}
             error_of(http.post(CHAT, json=big), 400, "messages")
@@ -197,7 +197,7 @@ def test_memory_returns_after_large_requests(
             error_of(http.post("/tokenize", json={"content": HUGE}), 400, "content")
             still_serves(http)
         time.sleep(0.5)
-        after = _rss_mib(proc.proc.pid)
+        after = _rss_mib(proc.server_pid)
     # Measured here: +1 MB; +21 MB without app.server.heap (the heap kept each thread's
     # body copies; the issue saw +150 MB over its hostile run); one body copy kept per
     # request would be 18 x 7 MiB. Allowed: what warm caches and the arenas may hold.

@@ -32,6 +32,17 @@ class ServeProcess:
             raise AssertionError(f"serve did not start: {line!r} {err}")
         self.url = line.strip().rsplit(" at ", 1)[1].removesuffix("/v1")
 
+    @property
+    def server_pid(self) -> int:
+        """The process that serves (its memory, its threads): on Linux ``serve`` works in a
+        forked child of the one started, which watches it (app.crash_supervisor)."""
+        pid = self.proc.pid
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            return pid
+        return int(children[0]) if len(children) == 1 else pid
+
     def stop(self, timeout: float = 30.0) -> tuple[int, str]:
         self.proc.terminate()
         _, err = self.proc.communicate(timeout=timeout)

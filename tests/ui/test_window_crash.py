@@ -95,3 +95,21 @@ def test_a_window_that_crashes_decoding_leaves_what_the_next_start_reads(
     )
     fault = crash_record.folder() / f"window-{found.pid}.fault"
     assert "Segmentation fault" in fault.read_text()
+
+
+def test_a_clean_end_leaves_no_record(tiny_model: Path) -> None:
+    import os
+
+    from tests.ui.conftest import write_settings
+
+    write_settings(tiny_model)
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root), QT_QPA_PLATFORM="offscreen")
+    env["LLAMADESK_EXIT_AFTER_SHOW"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-m", "app"], cwd=root, env=env, capture_output=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert crash_record.folder().is_dir()  # the window kept its record while it ran
+    assert list(crash_record.folder().iterdir()) == []
+    assert crash_record.last_window_crash() is None
