@@ -1,6 +1,7 @@
 """The window (offscreen Qt, the real MainWindow as tests/ui builds it) on SmolLM2: two tabs
 streaming at once, then regenerate, edit a message, fork, close a tab and open it again,
-each checked in the stored conversation (SQLite) and in what the view shows.
+each checked in the stored conversation (SQLite) and in what the view shows; then the
+window closes and a new one opens the same tabs.
 
 Replies are greedy. The two tabs' first replies ran in one batch, so they are checked by
 logits within a tolerance against a one-sequence run (tests/real/logit_check.py).
@@ -132,3 +133,13 @@ def test_two_tabs_then_regenerate_edit_fork_close_and_reopen(
         ("assistant", again.text),
     ]
     assert shown(reopened) == stored(window, reopened)
+
+    # close the window; the next start reopens the same tabs, showing what SQLite holds
+    tabs_before = [t.cid for t in window.tabs()]
+    window.close()
+    qtbot.waitUntil(window.is_shut_down, timeout=10000)
+    window2, _ = make_window(write=False)
+    assert [t.cid for t in window2.tabs()] == tabs_before
+    for tab in window2.tabs():
+        window2.tab_widget.setCurrentWidget(tab)
+        assert stored(window2, tab) and shown(tab) == stored(window2, tab)
