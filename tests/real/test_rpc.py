@@ -20,7 +20,14 @@ from typing import Any
 import pytest
 
 from app.engine.rpc_probe import RpcProbeError, probe
-from tests.devices.conftest import ROOT, Worker, cli_env, free_port, running_worker
+from tests.devices.conftest import (
+    ROOT,
+    Worker,
+    cli_env,
+    free_port,
+    rpc_backend_missing,
+    running_worker,
+)
 from tests.support.peers import RPC_SERVER
 
 pytestmark = pytest.mark.timeout(300)
@@ -55,6 +62,9 @@ def start_rpc_server() -> Worker:
 
 @pytest.fixture(scope="module", params=["rpc-worker", "ggml-rpc-server"])
 def worker(request: pytest.FixtureRequest) -> Iterator[Worker]:
+    reason = rpc_backend_missing()  # run --rpc needs it, whichever worker serves
+    if reason:
+        pytest.skip(reason)
     if request.param == "rpc-worker":
         yield from running_worker()
         return
