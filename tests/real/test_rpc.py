@@ -31,7 +31,7 @@ from tests.devices.conftest import (
 from tests.support.peers import RPC_SERVER
 
 pytestmark = pytest.mark.timeout(300)
-PROMPT = "What is the capital of France?"
+PROMPT = "What is the capital of France? Answer in one word."
 FLAGS = ("--temp", "0", "-n", "16", "-c", "1024", "-t", "1")
 
 

@@ -26,7 +26,7 @@ from tests.support.serve_process import ServeProcess
 pytestmark = pytest.mark.timeout(300)
 
 QUESTIONS = (
-    "What is the capital of France?",
+    "What is the capital of France? Answer in one word.",
     "Name three colors.",
     "What is 2 + 2?",
     "Say hello in Spanish.",
@@ -94,7 +94,8 @@ def test_four_clients_at_once_get_greedy_replies(server: ServerRunner, reference
         assert_greedy_within(
             reference, [{"role": "user", "content": question}], text, ended=finish == "stop"
         )
-    # trained weights answer the question (a random model would not)
+    # trained weights answer the question (a random model would not; "Answer in one word"
+    # keeps this answer with and without the leading "<|im_start|>" of issue 27 item 3)
     assert "Paris" in replies[0][0]
 
 
