@@ -100,10 +100,10 @@ def test_four_clients_at_once_get_greedy_replies(server: ServerRunner, reference
 
 
 def test_the_serve_command_answers_two_clients_at_once(
-    smollm2: Path, reference: Engine, tmp_path: Path
+    smollm2: Path, reference: Engine, cli_home: Path
 ) -> None:
     args = [str(smollm2), "--ctx-size", "2048", "--threads", "1", "--parallel", "2"]
-    proc = ServeProcess(args, tmp_path / "serve-home")
+    proc = ServeProcess(args, cli_home)
     try:
         with ThreadPoolExecutor(2) as pool:
             futures = [pool.submit(_ask, proc.url, q, i == 0) for i, q in enumerate(QUESTIONS[:2])]
