@@ -9,11 +9,13 @@ logits within a tolerance against a one-sequence run (tests/real/logit_check.py)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt  # noqa: TID251 (the window test of tests/real)
+from PySide6.QtGui import QTextDocument  # noqa: TID251
 
 from tests.real.logit_check import assert_greedy_within, solo_engine
 from tests.ui.conftest import Recorder, send, set_sampling, wait_idle
@@ -27,9 +29,26 @@ FIRST = "Write a short story about a cat who learns to fly."
 SECOND = "Explain how a bicycle works, step by step."
 
 
+def plain(html: str) -> str:
+    """What a message label's rich text reads as."""
+    doc = QTextDocument()
+    doc.setHtml(html)
+    return doc.toPlainText()
+
+
+def words(text: str) -> list[str]:
+    """The words of a message's Markdown source (list markers are drawn, not text)."""
+    return re.findall(r"\w+", re.sub(r"(?m)^\s*(\d+\.|[-*+])\s+", "", text))
+
+
 def shown(tab: Any) -> list[tuple[str, str]]:
-    """What the tab's view shows: (role, text) of each message widget."""
-    return [(w.data.role, w.data.content) for w in tab.view.messages()]
+    """What the tab's view shows: (role, text) of each message widget, after checking
+    that its labels, as drawn, read the same words as that text."""
+    messages = tab.view.messages()
+    for w in messages:
+        drawn = " ".join(plain(label.text()) for label in w.labels())
+        assert words(drawn) == words(w.data.content), (drawn, w.data.content)
+    return [(w.data.role, w.data.content) for w in messages]
 
 
 def stored(window: Any, tab: Any) -> list[tuple[str, str]]:
