@@ -30,6 +30,7 @@ from app.settings_schema import (
 
 if TYPE_CHECKING:
     from app.engine import ContextSettings, ModelSettings, SamplingParams
+    from app.engine.chat_template import TemplateChoice
     from app.session import Session
     from app.session.events import ConversationEvent, SessionEvent
 
@@ -269,10 +270,14 @@ def _is_path(text: str) -> bool:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from app.engine import read_model_info
+    from app.engine import template_choice
+    from app.engine.metadata import read_model_header
 
-    info = read_model_info(args.model)
+    info, header = read_model_header(args.model)
     data = info.to_dict()
+    # The template a load would use, chosen as run, serve and the window choose it.
+    choice = template_choice.choose_for_file(info, header)
+    data["chat_template_choice"] = choice.to_dict()
     fit = None
     if args.fit:
         from app.engine.offload import place
@@ -296,7 +301,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         ("Vocabulary", f"{info.n_vocab:,} ({info.tokenizer})"),
         ("BOS / EOS", f"{info.bos_token!r} / {info.eos_token!r}"),
         ("Encoder", "yes" if info.has_encoder else "no"),
-        ("Chat template", "yes" if info.chat_template else "no (ChatML fallback)"),
+        ("Chat template", _template_row(choice)),
     ]
     if fit is not None:
         rows.append(("Fit", fit.plan.describe()))
@@ -304,6 +309,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
     return 0
+
+
+def _template_row(choice: TemplateChoice) -> str:
+    """``inspect``'s chat template line: the model's own, or which built-in one and why."""
+    from app.engine.chat_template import TemplateSource
+
+    if choice.source is TemplateSource.GGUF:
+        return "the model's own"
+    return f"built-in {choice.name}: {choice.reason}"
 
 
 def context_settings(args: argparse.Namespace, n_seq: int) -> ContextSettings:
@@ -411,7 +425,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """A client of the :class:`~app.session.Session` (as the window and the API server
     are): one without a state store or database, so nothing is persisted. Conversations
     1..N are the ``--parallel`` sequences; their turns start together in one batch."""
-    from app import rpc_supervisor
+    from app import crash_supervisor, rpc_supervisor
     from app.engine.chat_template import ChatTemplate, ReasoningEffort, ReasoningOptions
     from app.engine.reasoning import Channel
     from app.offload_loader import OffloadLoader
@@ -423,6 +437,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     placement = model_settings(args)
     # A remote device's failure aborts the process that uses it: run in a watched child.
     if (code := rpc_supervisor.supervise_if_remote(args, placement.rpc_servers)) is not None:
+        return code
+    # A crash in llama.cpp ends a forked child; this process then says what crashed.
+    if (
+        not placement.rpc_servers.strip()
+        and (code := crash_supervisor.supervise("run")) is not None
+    ):
         return code
     path, prompt = _resolve_model_and_prompt(args)
     reasoning = ReasoningOptions(

@@ -31,6 +31,13 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
+        "--allow-insecure-http",
+        action="store_true",
+        help="connect HTTP servers on plain http:// to another computer too (their headers, "
+        "keys included, and every tool call travel unencrypted); without it such a server "
+        'is listed as not connected, unless its entry has "llamadeskAllowInsecureHttp": true',
+    )
+    p.add_argument(
         "--timeout", type=float, default=20.0, metavar="S", help="seconds to wait for each server"
     )
     p.set_defaults(func=cmd_list)
@@ -51,6 +58,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     from app.mcp.config import default_config_path, load_config
 
     config = load_config(args.config or default_config_path())
+    if args.allow_insecure_http:
+        config = config.allowing_insecure_http()
 
     async def gather() -> tuple[ServerStatus, ...]:
         async with McpManager(config, start_timeout=args.timeout) as manager:

@@ -40,6 +40,12 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
         "--mcp", metavar="FILE", help="an mcp.json (mcpServers) whose tools the model may call"
     )
     group.add_argument(
+        "--mcp-allow-insecure-http",
+        action="store_true",
+        help="connect the --mcp file's servers on plain http:// to another computer too "
+        "(their headers, keys included, and every tool call travel unencrypted)",
+    )
+    group.add_argument(
         "--allow",
         metavar="NAME,...",
         default="",
@@ -69,6 +75,7 @@ def check_without_mcp(args: argparse.Namespace) -> None:
         flag
         for flag, used in (
             ("--allow", bool(args.allow)),
+            ("--mcp-allow-insecure-http", args.mcp_allow_insecure_http),
             ("--tool-choice", args.tool_choice != "auto"),
             ("--max-rounds", args.max_rounds != DEFAULT_MAX_ROUNDS),
         )
@@ -127,6 +134,8 @@ def cmd_run_mcp(
     from app.mcp.config import load_config
 
     config = load_config(Path(args.mcp))
+    if args.mcp_allow_insecure_http:
+        config = config.allowing_insecure_http()
     if args.max_rounds < 1:
         raise LlamaDeskError(f"--max-rounds must be at least 1, not {args.max_rounds}.")
     return anyio.run(_run, args, path, prompt, config, sampling, reasoning, settings)

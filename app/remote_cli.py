@@ -74,13 +74,18 @@ def _add_connection_args(group: Any) -> None:
         "LlamaDesk) answers, e.g. http://127.0.0.1:8080; the conversation is stored",
     )
     group.add_argument(
-        "--remote-model", metavar="NAME", help="the model on that server (default: its first)"
+        "--remote-model",
+        metavar="NAME",
+        help="the model on that server: its id, or its file name (llama-server lists a path); "
+        "default: its first",
     )
     group.add_argument(
         "--remote-api-key",
         metavar="KEY",
         default=os.environ.get(API_KEY_ENV),
-        help=f"sent as 'Authorization: Bearer KEY' (default: ${API_KEY_ENV})",
+        help="sent as 'Authorization: Bearer KEY'. A key on the command line is visible to "
+        f"every user of this computer (ps, /proc/PID/cmdline): set {API_KEY_ENV} instead, "
+        "which is the default",
     )
     group.add_argument(
         "--remote-allow-insecure-http",

@@ -45,6 +45,7 @@ from app.remote.connection import RemoteConnection
 log = logging.getLogger(__name__)
 
 CHILD_ENV = "LLAMADESK_RPC_CHILD_FD"  # set in the child: the heartbeat pipe's fd
+NO_BACKTRACE_ENV = "GGML_NO_BACKTRACE"  # ggml's abort: no gdb backtrace (as the load check)
 STALL_S = 30.0  # no progress for this long: the worker is taken as gone (issue: < 60 s)
 
 
@@ -87,6 +88,9 @@ def run_supervised(argv: Sequence[str], endpoints: str, stall_s: float = STALL_S
     read_fd, write_fd = os.pipe()
     env = dict(os.environ)
     env[CHILD_ENV] = str(write_fd)
+    # llama.cpp's abort (a worker gone) would attach gdb and print a backtrace on the
+    # stdout the child shares with us, into the reply or the --json object
+    env[NO_BACKTRACE_ENV] = "1"
     try:
         child = subprocess.Popen([*self_command(), *argv], env=env, pass_fds=(write_fd,))
     finally:
@@ -144,6 +148,10 @@ PRIVATE_READ_TIMEOUT_S = 45.0
 # replaced before the parent's read (PRIVATE_READ_TIMEOUT_S) gives up.
 HANG_S = STALL_S
 GONE_WAIT_S = 1.0  # after a broken reply: how long the child may take to end (see _gone)
+# A model process gone with its worker: the workers are probed this often, and once all
+# answer a new process loads the model again on the same port (see _revive).
+REVIVE_POLL_S = 1.0
+REVIVE_PROBE_TIMEOUT_S = 2.0
 _SERVING = re.compile(r" at (http://127\.0\.0\.1:\d+)/v1\s*$")
 
 
@@ -219,10 +227,12 @@ class PrivateServer:
         self.hang_s = hang_s
         self.restarts = 0
         self._hung_at: float | None = None  # when a hung child was killed, until replaced
+        self._reviving = False  # a new child loads after the workers answered again
         self._env = dict(os.environ)
         self._env[PRIVATE_ENV] = json.dumps({"context": context, "model": model})
         self._env[PRIVATE_KEY_ENV] = self.key
         self._env.pop(CHILD_ENV, None)
+        self._env[NO_BACKTRACE_ENV] = "1"  # no gdb attached to a child that llama.cpp aborts
         self._argv = ["serve", model_path, "--host", "127.0.0.1", "--no-persist"]
         self._argv += ["--parallel", str(max(1, parallel)), "--resident", "1"]
         self._errors: list[str] = []
@@ -304,6 +314,7 @@ class PrivateServer:
             return
         if not hung:
             self._on_gone(self.gone_sentence())
+            self._revive(child)
             return
         self._replace(child)
 
@@ -325,14 +336,70 @@ class PrivateServer:
             self._on_gone(
                 f"The remote worker {self.endpoints} stopped answering mid-reply (no decode "
                 f"step ended for {self.hang_s:g} s), so its model process was ended; a new "
-                f"one could not start: {self._reason()} Load the model again when the worker "
-                "is back."
+                f"one could not start: {self._reason()} The model is loaded again when the "
+                "worker answers."
             )
+            self._revive(child)
             return
         self._on_gone(
             f"The remote worker {self.endpoints} stopped answering mid-reply (no decode step "
             f"ended for {self.hang_s:g} s), so its model process was ended and started again: "
             "the next message is answered when the worker answers."
+        )
+
+    def _revive(self, old: subprocess.Popen[str]) -> None:
+        """On the watcher thread of ``old`` (ended): probe the workers every
+        :data:`REVIVE_POLL_S` (the probe leaves a busy worker alive) and, once every one
+        answers, start a new model process on the same port with the same key, so the
+        parent's remote engine reaches it unchanged; until then :meth:`down` says why
+        there is no model. Ends when closing or when another thread replaced ``old``."""
+        from app.engine.rpc_probe import RpcProbeError, parse_endpoints, probe
+
+        endpoints = parse_endpoints(self.endpoints)
+        while not self._closing and old is self.child:
+            try:
+                for endpoint in endpoints:
+                    probe(endpoint, timeout_s=REVIVE_PROBE_TIMEOUT_S)
+            except RpcProbeError:
+                time.sleep(REVIVE_POLL_S)
+                continue
+            self.restarts += 1
+            self._errors.clear()
+            self._reviving = True
+            try:
+                child, url = self._start(self.port)
+            finally:
+                self._reviving = False
+            if self._closing:
+                self._end(child)
+                return
+            self.child = child
+            if url is not None:
+                self._on_gone(
+                    f"The remote worker {self.endpoints} answers again: the model was loaded again."
+                )
+                return
+            self._end(child)  # the worker went again while loading: wait for it again
+            old = child
+            time.sleep(REVIVE_POLL_S)
+
+    def down(self) -> str | None:
+        """Why the model cannot answer now (its process ended with the worker, or is being
+        started again), or None: ``/health`` says it with a 503, and a request gets it."""
+        if self._closing:
+            return None
+        where = f"the remote worker {self.endpoints}"
+        if self._hung_at is not None or self._reviving:
+            return (
+                f"The model is being loaded again: {where} stopped answering or went away, "
+                "and its model process is starting again."
+            )
+        code = self.child.poll()
+        if code is None:
+            return None
+        return (
+            f"The model is gone: {where} went away or stopped answering, and its model "
+            f"process ended ({_exit_name(code)}); it is loaded again when the worker answers."
         )
 
     def _read_stdout(
@@ -366,8 +433,8 @@ class PrivateServer:
         how = "" if code is None else f" (it ended with {_exit_name(code)})"
         return (
             f"The model process using the remote worker {self.endpoints} is gone{how}: the "
-            "worker went away, stopped or answered wrongly. Load the model again when the "
-            "worker is back."
+            "worker went away, stopped or answered wrongly. The model is loaded again when "
+            "the worker answers."
         )
 
     def connection(self) -> PrivateConnection:

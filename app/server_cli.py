@@ -37,8 +37,9 @@ def register(sub: Any) -> None:
         "--api-key",
         metavar="KEY",
         default=os.environ.get("LLAMADESK_API_KEY"),
-        help="require 'Authorization: Bearer KEY' (default: $LLAMADESK_API_KEY); needed "
-        "to listen beyond the loopback",
+        help="require 'Authorization: Bearer KEY'; needed to listen beyond the loopback. A "
+        "key on the command line is visible to every user of this computer (ps, "
+        "/proc/PID/cmdline): set LLAMADESK_API_KEY instead, which is the default",
     )
     p.add_argument(
         "--parallel",
@@ -95,7 +96,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from app import rpc_supervisor
+    from app import crash_supervisor, rpc_supervisor
     from app.engine import ContextSettings, ModelSettings
     from app.server import ServerConfig, ServerRunner
 
@@ -123,6 +124,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         path = args.remote_model or ""  # the model's name on the remote server
     elif not args.model:
         path = default_model_path()
+    # A crash in llama.cpp ends a forked child (before it binds the port); this process
+    # then says what crashed. Remote devices have their own watcher (rpc_supervisor).
+    if (
+        loader is None
+        and given is None
+        and not per_model.rpc_servers.strip()
+        and (code := crash_supervisor.supervise("serve")) is not None
+    ):
+        return code
     n_seq = config.resident + config.parallel
     if args.embeddings:
         # The engine's embeddings abort in ggml (GGML_ASSERT ggml_can_mul_mat) when
@@ -159,6 +169,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             loader=loader,
             model_settings=per_model,
         )
+        if private is not None:  # /health and requests say when the worker took it away
+            runner.service.model_down = private.down
         loaded = runner.start(background=True)  # /health answers "loading" meanwhile
     except BaseException:
         if private is not None:
@@ -169,6 +181,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         runner.stop_listening()
 
     previous = signal.signal(signal.SIGTERM, on_signal)
+    if loaded.notice:  # e.g. loaded without the CPU kernels that crashed (issue 27)
+        print(f"llamadesk: warning: {loaded.notice}", file=sys.stderr, flush=True)
     print(
         f"LlamaDesk is serving {Path(loaded.path).name} (context {loaded.n_ctx:,}, "
         f"{config.parallel} at once) at {runner.url}/v1",

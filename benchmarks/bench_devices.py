@@ -8,7 +8,7 @@ llama-cpp-python with the RPC backend (the README's install command). Load from 
 programs changes both figures: ``/proc/loadavg`` is printed with them.
 
 With ``--llama-server`` it also runs llama.cpp's own ``llama-server --rpc`` (built from the
-vendored sources with ``-DGGML_RPC=ON``: benchmarks/bench_server.py's build folder) on the
+vendored sources with ``-DGGML_RPC=ON`` by ``python -m tests.support.peers``) on the
 same worker, model, split, threads and prompt, and prints LlamaDesk's speed over its
 (``vs_llama_server``; goal >= 0.95). Both figures are the engines' own timings of the
 same work (the prompt once, then ``--n-gen`` greedy tokens).
@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.devices.conftest import cli_env, rpc_backend_missing, start_worker  # noqa: E402
+from tests.support import peers  # noqa: E402
 
 
 def _run(model: Path, n_gen: int, extra: list[str]) -> dict[str, Any]:
@@ -121,10 +122,11 @@ def main() -> int:
         "--llama-server",
         nargs="?",
         type=Path,
-        const=Path.home() / ".cache/llamadesk-bench/llama-server-build/bin/llama-server",
+        const=peers.LLAMA_SERVER,
         default=None,
         metavar="PATH",
-        help="also compare with llama.cpp's llama-server --rpc (built with -DGGML_RPC=ON)",
+        help="also compare with llama.cpp's llama-server --rpc (default: the one "
+        "python -m tests.support.peers builds)",
     )
     parser.add_argument(
         "--grammar",

@@ -40,6 +40,7 @@ import httpx2
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.engine import ContextSettings, SamplingParams
+from app.engine.cpu_quirks import llama_server_flags
 from app.engine.reasoning import Channel
 from app.remote import RemoteConnection, RemoteLoader
 from app.remote.probe import probe
@@ -47,8 +48,9 @@ from app.remote.wire import chat_body
 from app.session import ChatMessage, Session
 from app.session import events as ev
 from app.session.engine_port import ChatPrompt
-from benchmarks.bench_server import BUILD_DIR, Server, free_port
+from benchmarks.bench_server import Server, free_port
 from benchmarks.make_model import CACHE_DIR
+from tests.support import peers
 from tests.support.gguf_models import TinySpec, write_tiny_model
 
 N_CTX = 4096
@@ -268,15 +270,15 @@ def main() -> int:
         out["llamadesk"] = compare(
             lambda: Server("llamadesk", argv, port, env), args.turns, args.rounds, params
         )
-    binary = BUILD_DIR / "bin" / "llama-server"
+    binary = peers.LLAMA_SERVER
     if args.skip_llama_server:
         pass
     elif not binary.exists():
-        out["llama-server"] = f"not built ({binary}): run benchmarks/bench_server.py --build-only"
+        out["llama-server"] = f"not built ({binary}): run python -m tests.support.peers"
     else:
         port = free_port()
         argv = [str(binary), "-m", str(model), "--port", str(port), *common, "--parallel", "1"]
-        argv += ["--no-webui"]
+        argv += ["--no-webui", *llama_server_flags()]
         out["llama-server"] = compare(
             lambda: Server("llama-server", argv, port, dict(os.environ)),
             args.turns,

@@ -44,7 +44,6 @@ from app.engine.cpu_quirks import llama_server_flags
 from benchmarks.make_model import CACHE_DIR, ensure_model
 from tests.support import peers
 
-BUILD_DIR = peers.BUILD
 ROOT = Path(__file__).resolve().parents[1]
 N_CTX = 2048  # the benchmark model was trained for 2,048 (LlamaDesk caps there)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
+import signal
 from dataclasses import dataclass
 
 import llama_cpp
@@ -29,6 +31,11 @@ from app.engine.settings import (
 from app.engine.threads import decode_threads
 
 log = logging.getLogger(__name__)
+
+
+# Tests only: every decode dies of SIGSEGV, as llama.cpp's crashing kernels do (issue 27).
+FAULT_DECODE_ENV = "LLAMADESK_FAULT_DECODE_CRASH"
+_FAULT_DECODE = os.environ.get(FAULT_DECODE_ENV) == "1"
 
 
 @dataclass
@@ -259,6 +266,8 @@ class Context:
         batch = self.batch
         if batch.n == 0:
             return DecodeResult(0)
+        if _FAULT_DECODE:  # tests: a crash in llama_decode (app.crash_supervisor's sentence)
+            signal.raise_signal(signal.SIGSEGV)
         batch.handle.n_tokens = batch.n
         if not rpc_heartbeat.WATCHED:
             return DecodeResult(int(llama_cpp.llama_decode(self.handle, batch.handle)))

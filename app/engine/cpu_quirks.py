@@ -45,6 +45,7 @@ from typing import Any
 import llama_cpp
 
 from app.engine.gguf_header import GGUFHeaderError, TensorInfo, read_header
+from app.fsutil import atomic_write_bytes
 from app.paths import data_dir
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,9 @@ AMX_WARNING = "llama.cpp's AMX kernels crash on this CPU; using the AVX-512 kern
 VERDICT_FILE = "cpu_quirks.json"
 PROBE_TIMEOUT_S = 180.0
 PROBE_BATCH = 16
+# Bump when the guard places weights differently: the load check's verdicts
+# (app.engine.load_check) name it, so they are redone. 2: the tied output matrix.
+GUARD_VERSION = 2
 
 # ggml_type ids -> the row alignment AMX's supports_op asks of ne[0] (amx.cpp).
 _AMX_ALIGNMENT = {
@@ -115,7 +119,11 @@ class CpuIdentity:
 
     @property
     def key(self) -> str:
-        text = "\n".join((self.model, " ".join(self.flags), self.llama_cpp_version))
+        # The guard's version too: a probe that checks more (GUARD_VERSION 2: a tied
+        # output matrix, every logits row) must not be answered by an older verdict.
+        text = "\n".join(
+            (self.model, " ".join(self.flags), self.llama_cpp_version, str(GUARD_VERSION))
+        )
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
@@ -193,10 +201,8 @@ def amx_verdict(
                 "cpu": identity.model,
                 "llama_cpp": identity.llama_cpp_version,
             }
-            tmp = path.with_suffix(".tmp")
             try:
-                tmp.write_text(json.dumps(cache, indent=1, sort_keys=True), encoding="utf-8")
-                tmp.replace(path)
+                atomic_write_bytes(path, json.dumps(cache, indent=1, sort_keys=True).encode())
             except OSError as exc:  # a read-only data folder: check again next start
                 log.warning("could not save the CPU check's verdict to %s: %s", path, exc)
         return verdict
@@ -247,7 +253,10 @@ def _probe_child(folder: str) -> None:  # runs in the child process
     llama_cpp.llama_backend_init()
     f32 = Path(folder) / "probe-f32.gguf"
     q4 = Path(folder) / "probe-q4_0.gguf"
-    write_probe_model(f32)
+    # Tied, with a logits row for every token: the output matrix then multiplies many rows
+    # in AMX, as in the scheduler's batches (issue 27: untied, or one logits row, passed
+    # on a CPU where that crashed).
+    write_probe_model(f32, tied=True)
     if not quantize_q4_0(f32, q4):
         os._exit(_PROBE_FAILED)
     model = llama_cpp.llama_model_load_from_file(
@@ -268,7 +277,7 @@ def _probe_child(folder: str) -> None:  # runs in the child process
         batch.pos[i] = i
         batch.n_seq_id[i] = 1
         batch.seq_id[i][0] = 0
-        batch.logits[i] = i == PROBE_BATCH - 1
+        batch.logits[i] = True
     batch.n_tokens = PROBE_BATCH
     rc = llama_cpp.llama_decode(ctx, batch)  # where the broken AMX path dies
     if rc != 0:
@@ -286,9 +295,12 @@ def quantize_q4_0(source: Path, target: Path) -> bool:
     return llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), qparams) == 0
 
 
-def write_probe_model(path: Path, n_layer: int = 2, n_embd: int = 256, n_ff: int = 512) -> Path:
+def write_probe_model(
+    path: Path, n_layer: int = 2, n_embd: int = 256, n_ff: int = 512, *, tied: bool = False
+) -> Path:
     """A llama with random weights, big enough that AMX takes its matrices (rows of 256
-    values, 32-row multiples) and small enough to write and quantize in a blink."""
+    values, 32-row multiples) and small enough to write and quantize in a blink.
+    ``tied``: no ``output.weight`` (the embedding computes the logits, as in SmolLM2)."""
     import gguf
     import numpy as np
 
@@ -336,7 +348,8 @@ def write_probe_model(path: Path, n_layer: int = 2, n_embd: int = 256, n_ff: int
         add(p + "ffn_up.weight", n_ff, n_embd)
         add(p + "ffn_down.weight", n_embd, n_ff)
     add("output_norm.weight", n_embd)
-    add("output.weight", len(tokens), n_embd)
+    if not tied:
+        add("output.weight", len(tokens), n_embd)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -24,6 +24,7 @@ from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
 from app.engine.errors import ContextError
 from app.engine.grammar_bounds import LIMITS, GrammarBoundsError, GrammarSyntaxError, check_grammar
+from app.engine.tool_calls.schema_refs import SchemaRefError, local_schema
 
 __all__ = ["JSON_OBJECT_GBNF", "SchemaGrammarError", "json_object_grammar", "schema_grammar"]
 
@@ -69,12 +70,22 @@ def schema_grammar(schema: Any) -> str:
         )
     _check_counts(schema)
     try:
+        # Every ref resolved here, with a sentence for one that points at nothing (the
+        # converter's own message quotes the whole schema as a Python dict), and each
+        # definition named apart from the converter's own rules.
+        local = local_schema(schema)
+        text = json.dumps(local.with_definitions(local.parameters))
+    except SchemaRefError as exc:
+        raise SchemaGrammarError(str(exc)) from None
+    except RecursionError:
+        raise SchemaGrammarError("The JSON schema is nested too deeply.") from None
+    try:
         grammar = json_schema_to_gbnf(text)
     except RecursionError:
         raise SchemaGrammarError("The JSON schema is nested too deeply.") from None
     except Exception as exc:  # the converter raises bare exceptions of several kinds
         raise SchemaGrammarError(
-            f"The JSON schema cannot be turned into a grammar ({exc})."
+            f"The JSON schema cannot be turned into a grammar ({_said(exc)})."
         ) from None
     if not isinstance(grammar, str) or "root" not in grammar:
         raise SchemaGrammarError("The JSON schema gave no grammar.")
@@ -88,6 +99,12 @@ def schema_grammar(schema: Any) -> str:
             f"The JSON schema gave a grammar llama.cpp refuses: {exc}"
         ) from None
     return grammar
+
+
+def _said(exc: Exception) -> str:
+    """What the converter said, without the schema it quotes as a Python dict."""
+    text = str(exc).split("{", 1)[0].split("[", 1)[0].rstrip(" :,") or type(exc).__name__
+    return text[:200]
 
 
 def _check_counts(schema: dict[str, Any]) -> None:

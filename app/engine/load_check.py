@@ -1,25 +1,39 @@
-"""Try a model file's first load in a child process, where an abort cannot reach the app.
+"""Try a model file's first load and decodes in a child process, where a crash cannot reach
+the app.
 
 llama.cpp's loader asserts (``GGML_ASSERT``: the process aborts) in many places a damaged
 header can reach; :mod:`app.engine.header_checks` finds the known ones first, and this
-catches the rest. Before a file is loaded for real, a child process
-(``python -m app.engine.load_check PATH``, or a child forked from a warm helper: see
-:mod:`app.engine.load_check_runner`) loads it with ``no_alloc`` - llama.cpp parses the
-header and every tensor info, checks the data against the file size, reads the
-hyper-parameters and the whole vocabulary and creates every tensor of the architecture,
-without reading or allocating weights - and tokenizes a short text. It reports OK, or
-llama.cpp's refusal; if it dies, its signal and the last lines llama.cpp printed become the
-sentence for the user.
+catches the rest; and which CPU kernels llama.cpp picks for a model (its "extra buffer
+types": AMX, CPU_REPACK) is only known to be safe on this machine by running them (issue
+27: SIGSEGV in ``ggml_backend_amx_mul_mat`` on a tied-embedding model). Before a file is
+loaded for real, a child process (``python -m app.engine.load_check PATH``, or a child
+forked from a warm helper: see :mod:`app.engine.load_check_runner`) loads it as the app
+does (memory-mapped, so the pages are shared with the app's own load; the CPU guard of
+:mod:`app.engine.cpu_quirks` applied), tokenizes a short text, and decodes the shapes the
+app decodes: a prompt chunk of ``min(n_batch, 512)`` tokens, one token of each of
+:data:`N_SEQ` sequences with logits for every row (the scheduler's batch, where the AMX
+crash was), and one token. It reports OK, or llama.cpp's refusal.
+
+If the child dies, it is tried again without extra buffer types (llama-server's
+``--no-repack``); when that one lives, the model is loaded that way and the user is told
+(:attr:`Verdict.notice`). If it dies too, the model is refused with a sentence built from
+its signal, the phase it died in and the last lines llama.cpp printed.
 
 The verdict is kept by a hash of what such a load reads (:meth:`GGUFHeader.digest`: the
-header's metadata and tensor infos and the file's size, not the weights) and of the
-llama.cpp version, in the data folder's ``load_checks`` (and in memory), so a known file
-costs a hash of its header (milliseconds) and an edited one is tried again.
+header's metadata and tensor infos and the file's size, not the weights), of this CPU
+(:func:`cpu_quirks.cpu_identity`), the llama.cpp build and the CPU guard's version, in the
+data folder's ``load_checks`` (and in memory), so a known file costs a hash of its header
+(milliseconds) and an edited one, another CPU or another build is tried again.
+
+``LLAMADESK_FAULT_EXTRA_BUFTS_CRASH`` (tests only) makes the child abort when it starts
+decoding: ``1`` only with extra buffer types, ``always`` in both tries.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -41,41 +55,84 @@ from app.fsutil import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
-# Bump when the child checks more (older verdicts are then not trusted).
-CHECK_VERSION = 1
+# Bump when the child checks more (older verdicts are then not trusted). 2: a real load
+# and the app's decode shapes, again without extra buffer types if that crashes.
+CHECK_VERSION = 2
 TIMEOUT_S = 120.0
+N_SEQ = 4  # sequences in the checked batch (one token each, a logits row each)
+MAX_CHUNK = 512  # the prompt chunk: min(n_batch, 512) tokens
+FAULT_ENV = "LLAMADESK_FAULT_EXTRA_BUFTS_CRASH"  # tests: "1" or "always" (module docstring)
 # The text the child tokenizes: letters, digits, spaces, a newline and non-ASCII, what any
 # first prompt holds (some tokenizers only fail when they first run).
 PROBE_TEXT = "Hello, world! 123\n  Grüße, 你好 🙂"
 # Signals of a crash inside llama.cpp (an assert aborts; a bad read faults).
 _CRASH_SIGNALS = {signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL}
 _MARKER = "LLAMADESK-LOAD-CHECK "  # the child's one result line on stdout
+_PHASE = "LLAMADESK-LOAD-CHECK-PHASE "  # the child's phase lines: "load", "decode"
+_NO_EXTRA_BUFTS = "--no-extra-bufts"
 
 
 @dataclass(frozen=True)
 class Verdict:
     """``ok``, or ``message``: the sentence for the user. ``source`` says where it came
-    from: "memory", "disk" or "child"."""
+    from: "memory", "disk" or "child". ``extra_bufts`` False: the model crashed llama.cpp
+    with its extra buffer types and must be loaded without them (``message`` then says
+    so, for the user: :attr:`notice`)."""
 
     ok: bool
     message: str = ""
     source: str = "child"
+    extra_bufts: bool = True
+
+    @property
+    def notice(self) -> str:
+        """What the user is told about a model that loads on the slower path ("": none)."""
+        return self.message if self.ok and not self.extra_bufts else ""
 
 
 _memo: dict[str, Verdict] = {}
 _lock = threading.Lock()
 
 
-def cache_key(header: GGUFHeader) -> str:
+@functools.cache
+def _machine_key() -> str:
+    """This CPU, the llama.cpp build (its version and the CPU features it was built for)
+    and the CPU guard's version and mode: a verdict holds for these only."""
     import llama_cpp
 
+    from app.engine import cpu_quirks
+    from app.engine.backend import ensure_backend
+
+    ensure_backend()
+    build = (llama_cpp.llama_print_system_info() or b"").decode("utf-8", "replace")
+    return "|".join(
+        (
+            cpu_quirks.cpu_identity().key,
+            llama_cpp.__version__,
+            build,
+            str(cpu_quirks.GUARD_VERSION),
+        )
+    )
+
+
+def _amx_arg(guard_active: bool) -> str:
+    """The child's ``--amx``: this process's decision (it probed the CPU once), so the
+    child neither probes again nor decides otherwise."""
+    return "off" if guard_active else "on"
+
+
+def cache_key(header: GGUFHeader, *, extra_bufts: bool = True) -> str:
+    from app.engine import cpu_quirks
+
     h = hashlib.blake2b(digest_size=16)
-    h.update(f"{CHECK_VERSION}|{llama_cpp.__version__}|{header.digest()}".encode())
+    guard = _amx_arg(cpu_quirks.amx_guard_active())  # what the first try runs
+    tried = "all" if extra_bufts else "safe"
+    h.update(f"{CHECK_VERSION}|{_machine_key()}|{guard}|{tried}|{header.digest()}".encode())
     return h.hexdigest()
 
 
 def cache_dir() -> Path:
-    return paths.data_dir() / "load_checks"
+    return paths.private_dir("load_checks")
 
 
 def check(
@@ -85,17 +142,19 @@ def check(
     architecture: str = "",
     n_gpu_layers: int = 0,
     timeout: float = TIMEOUT_S,
+    extra_bufts: bool = True,
 ) -> Verdict:
     """The verdict on loading ``path`` (whose parsed header is ``header``): from memory, the
-    data folder, or a child process that tries the load."""
-    key = cache_key(header)
+    data folder, or a child process that tries the load. ``extra_bufts`` False: the user
+    chose to load without extra buffer types (safe settings), so only that is tried."""
+    key = cache_key(header, extra_bufts=extra_bufts)
     with _lock:
         verdict = _memo.get(key)
         if verdict is not None:
-            return Verdict(verdict.ok, verdict.message, "memory")
+            return dataclasses.replace(verdict, source="memory")
         verdict = _read_cached(key)
         if verdict is None:
-            verdict, keep = _run_child(path, architecture, n_gpu_layers, timeout)
+            verdict, keep = _run_checks(path, architecture, n_gpu_layers, timeout, extra_bufts)
             if keep:
                 _write_cached(key, verdict, path)
         if verdict.source != "unchecked":
@@ -110,10 +169,16 @@ def ensure_loadable(
     architecture: str = "",
     n_gpu_layers: int = 0,
     timeout: float = TIMEOUT_S,
+    extra_bufts: bool = True,
 ) -> Verdict:
     """:func:`check`, raising :class:`ModelLoadError` with its sentence when it fails."""
     verdict = check(
-        path, header, architecture=architecture, n_gpu_layers=n_gpu_layers, timeout=timeout
+        path,
+        header,
+        architecture=architecture,
+        n_gpu_layers=n_gpu_layers,
+        timeout=timeout,
+        extra_bufts=extra_bufts,
     )
     if not verdict.ok:
         raise ModelLoadError(verdict.message)
@@ -138,13 +203,20 @@ def _read_cached(key: str) -> Verdict | None:
     if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
         return None
     message = data.get("message")
-    return Verdict(data["ok"], message if isinstance(message, str) else "", "disk")
+    extra = data.get("extra_bufts", True)
+    return Verdict(
+        data["ok"],
+        message if isinstance(message, str) else "",
+        "disk",
+        extra if isinstance(extra, bool) else True,
+    )
 
 
 def _write_cached(key: str, verdict: Verdict, path: Path) -> None:
     record = {
         "ok": verdict.ok,
         "message": verdict.message,
+        "extra_bufts": verdict.extra_bufts,
         "file": path.name,
         "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -157,38 +229,80 @@ def _write_cached(key: str, verdict: Verdict, path: Path) -> None:
 # -- the parent side ----------------------------------------------------------------------
 
 
-def _run_child(
-    path: Path, architecture: str, n_gpu_layers: int, timeout: float
+def _run_checks(
+    path: Path, architecture: str, n_gpu_layers: int, timeout: float, extra_bufts: bool
 ) -> tuple[Verdict, bool]:
-    """The child's verdict, and whether it says something about the file (kept) rather
-    than about this run (a timeout, a child that could not start)."""
-    started = time.monotonic()
-    try:
-        outcome = load_check_runner.run_check(
-            [str(path), "--n-gpu-layers", str(n_gpu_layers)], timeout
+    """The verdict of one child, or of a second one without extra buffer types when the
+    first crashed; and whether it is kept (see :func:`_run_child`)."""
+    if extra_bufts:
+        verdict, keep, crash = _run_child(path, architecture, n_gpu_layers, timeout, True)
+        if crash is None:
+            return verdict, keep
+        log.warning(
+            "the load check of %s crashed with llama.cpp's extra buffer types (%s while "
+            "%s); trying without them",
+            path.name,
+            _signal_name(crash[0]),
+            crash[1],
         )
+    verdict, keep, crash = _run_child(path, architecture, n_gpu_layers, timeout, False)
+    if crash is not None or not verdict.ok or not extra_bufts:
+        return verdict, keep
+    return Verdict(
+        True,
+        f"{path.name} crashed llama.cpp with its faster CPU kernels on this computer, so it "
+        "runs without them (as llama-server's --no-repack), which may be slower.",
+        "child",
+        extra_bufts=False,
+    ), keep
+
+
+def _run_child(
+    path: Path, architecture: str, n_gpu_layers: int, timeout: float, extra_bufts: bool
+) -> tuple[Verdict, bool, tuple[int, str] | None]:
+    """The child's verdict, whether it says something about the file (kept) rather than
+    about this run (a timeout, a child that could not start), and, when the child died of
+    a crash signal, that signal and the phase it died in ("loading" or "decoding")."""
+    started = time.monotonic()
+    from app.engine import cpu_quirks
+
+    amx = _amx_arg(cpu_quirks.amx_guard_active())
+    args = [str(path), "--n-gpu-layers", str(n_gpu_layers), "--amx", amx]
+    if not extra_bufts:
+        args.append(_NO_EXTRA_BUFTS)
+    try:
+        outcome = load_check_runner.run_check(args, timeout)
     except OSError as exc:
         log.warning("the load check of %s could not start: %s", path.name, exc)
-        return Verdict(True, "", "unchecked"), False
+        return Verdict(True, "", "unchecked"), False, None
     code = outcome.returncode
     log.info("load check of %s: exit %s in %.2f s", path.name, code, time.monotonic() - started)
     if code is None:
-        return Verdict(
+        return (
+            Verdict(
+                False,
+                f"LlamaDesk could not check {path.name} within {timeout:.0f} s before loading it "
+                "(the computer may be busy). Try again.",
+                "unchecked",
+            ),
             False,
-            f"LlamaDesk could not check {path.name} within {timeout:.0f} s before loading it "
-            "(the computer may be busy). Try again.",
-            "unchecked",
-        ), False
+            None,
+        )
     result = _result_line(outcome.stdout)
     if code == 0 and result is not None:
         if result.get("ok") is True:
-            return Verdict(True), True
+            return Verdict(True, extra_bufts=extra_bufts), True, None
         said = str(result.get("said") or "")
         message = refusal_message(path, architecture, said)
         # Memory is about this computer now, not the file: try again next time.
-        return Verdict(False, message), "memory" not in said.lower()
+        return Verdict(False, message), "memory" not in said.lower(), None
     if code < 0 and -code in _CRASH_SIGNALS:
-        return Verdict(False, crash_message(path, -code, outcome.stderr)), True
+        phase = _phase(outcome.stdout)
+        if phase == "decoding":
+            message = decode_crash_message(path, -code, outcome.stderr)
+        else:
+            message = crash_message(path, -code, outcome.stderr)
+        return Verdict(False, message), True, (-code, phase)
     # The child itself failed (killed from outside, a Python error): not a verdict on the
     # file. The load goes on as before the check existed, and the next one checks again.
     log.warning(
@@ -197,7 +311,22 @@ def _run_child(
         code,
         _tail(outcome.stderr, 3) or "no output",
     )
-    return Verdict(True, "", "unchecked"), False
+    return Verdict(True, "", "unchecked"), False, None
+
+
+def _phase(stdout: str) -> str:
+    """The phase the child was in last: "loading" (the default) or "decoding"."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(_PHASE):
+            return "decoding" if line[len(_PHASE) :].strip() == "decode" else "loading"
+    return "loading"
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _result_line(stdout: str) -> dict[str, object] | None:
@@ -217,12 +346,27 @@ def _tail(text: str, n: int) -> str:
 
 
 def crash_message(path: Path, signum: int, stderr: str) -> str:
-    """The sentence for a child that died of ``signum``; it quotes llama.cpp's assertion
-    (or its last lines)."""
-    try:
-        name = signal.Signals(signum).name
-    except ValueError:
-        name = f"signal {signum}"
+    """The sentence for a child that died of ``signum`` while loading; it quotes
+    llama.cpp's assertion (or its last lines)."""
+    name = _signal_name(signum)
+    detail = _said(stderr)
+    return (
+        f"The model file {path.name} is damaged: llama.cpp stops with {name} when it loads "
+        f"it{detail}. LlamaDesk did not load it; download it again."
+    )
+
+
+def decode_crash_message(path: Path, signum: int, stderr: str) -> str:
+    """The sentence for a model whose decodes crashed the child in both tries."""
+    return (
+        f"LlamaDesk did not load {path.name}: llama.cpp crashes ({_signal_name(signum)}) "
+        "when it runs this model on this computer, also without its faster CPU kernels"
+        f"{_said(stderr)}."
+    )
+
+
+def _said(stderr: str) -> str:
+    """ ": <llama.cpp's assertion or last error line>", or "" when it said none."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     said = next(
         (line for line in reversed(lines) if "GGML_ASSERT" in line or "GGML_ABORT" in line),
@@ -234,11 +378,7 @@ def crash_message(path: Path, signum: int, stderr: str) -> str:
         # "/tmp/pip-install-…/vendor/llama.cpp/src/llama-vocab.cpp:2544: GGML_ASSERT(…)":
         # the source file's name is enough.
         said = re.sub(r"\S*/([^/\s]+:\d+)", r"\1", said)
-    detail = f": {said[-300:]}" if said else ""
-    return (
-        f"The model file {path.name} is damaged: llama.cpp stops with {name} when it loads "
-        f"it{detail}. LlamaDesk did not load it; download it again."
-    )
+    return f": {said[-300:]}" if said else ""
 
 
 def refusal_message(path: Path, architecture: str, said: str) -> str:
@@ -278,14 +418,20 @@ def refusal_message(path: Path, architecture: str, said: str) -> str:
 
 
 def child_main(argv: Sequence[str] | None = None) -> int:
-    """Load the file as the app would, without weights; print one result line."""
+    """Load the file as the app would and decode the app's shapes; print one result line
+    (and a phase line before each phase, which tells the parent where a crash was)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--serve"]:  # the warm helper (load_check_runner): fork per check
         return load_check_runner.serve(child_main)
     parser = argparse.ArgumentParser(prog="python -m app.engine.load_check")
     parser.add_argument("path")
     parser.add_argument("--n-gpu-layers", type=int, default=0)
+    parser.add_argument(_NO_EXTRA_BUFTS, action="store_true", dest="no_extra_bufts")
+    parser.add_argument("--amx", choices=("on", "off", "auto"), default="auto")
     args = parser.parse_args(argv)
+    from app.engine.cpu_quirks import AMX_ENV
+
+    os.environ[AMX_ENV] = args.amx  # the parent's decision (see _amx_arg)
     # llama.cpp's warnings and errors go to stderr, where the parent reads the last ones
     # if this process dies.
     handler = logging.StreamHandler(sys.stderr)
@@ -300,12 +446,19 @@ def child_main(argv: Sequence[str] | None = None) -> int:
 
     from app.engine import llama_log
     from app.engine.backend import ensure_backend
+    from app.engine.cpu_quirks import apply_cpu_quirks
 
     ensure_backend()
     params = llama_cpp.llama_model_default_params()
-    params.no_alloc = True  # parse, check and create every tensor; read and allocate none
     params.n_gpu_layers = args.n_gpu_layers
-    params.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
+    # Memory-mapped as the app loads it: the app's load then finds the pages in memory.
+    params.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP
+    quirks = None
+    if args.no_extra_bufts:
+        params.use_extra_bufts = False
+    else:
+        quirks = apply_cpu_quirks(params, Path(args.path))  # what Model applies
+    _phase_line("load")
     llama_log.clear()
     handle = llama_cpp.llama_model_load_from_file(os.fsencode(args.path), params)
     if not handle:
@@ -318,12 +471,69 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     tokens = (llama_cpp.llama_token * capacity)()
     n = llama_cpp.llama_tokenize(vocab, data, len(data), tokens, capacity, True, True)
     buf = ctypes.create_string_buffer(256)
-    for token in list(tokens[: max(n, 0)]):
-        if 0 <= token < n_vocab:
-            llama_cpp.llama_token_to_piece(vocab, token, buf, len(buf), 0, True)
+    probe = [t for t in tokens[: max(n, 0)] if 0 <= t < n_vocab]
+    for token in probe:
+        llama_cpp.llama_token_to_piece(vocab, token, buf, len(buf), 0, True)
+    decoded = _decode_shapes(handle, probe or [0], not args.no_extra_bufts)
     llama_cpp.llama_model_free(handle)
-    _report({"ok": True, "n_vocab": n_vocab})
+    del quirks  # the override array lives as long as the model
+    _report({"ok": True, "n_vocab": n_vocab, "decoded": decoded})
     return 0
+
+
+def _decode_shapes(model: object, tokens: list[int], extra_bufts: bool) -> str:
+    """Decode the app's shapes with a small context; what was decoded (a word for the
+    log), or why not. A decode llama.cpp refuses is not this check's business (the app
+    says what llama.cpp says); only a crash is."""
+    import llama_cpp
+
+    if llama_cpp.llama_model_has_encoder(model):
+        return "no: an encoder-decoder model (decoding needs its encoder's output)"
+    n_train = int(llama_cpp.llama_model_n_ctx_train(model))
+    chunk = MAX_CHUNK if n_train <= 0 else max(1, min(MAX_CHUNK, n_train - N_SEQ - 2))
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx = chunk + N_SEQ + 2
+    cparams.n_batch = cparams.n_ubatch = max(chunk, N_SEQ)
+    cparams.n_seq_max = N_SEQ
+    cparams.kv_unified = True  # sequence 0 holds the whole chunk
+    cparams.n_threads = cparams.n_threads_batch = max(1, min(4, os.cpu_count() or 1))
+    _phase_line("decode")
+    fault = os.environ.get(FAULT_ENV, "").strip().lower()
+    if fault == "always" or (fault == "1" and extra_bufts):
+        signal.raise_signal(signal.SIGSEGV)  # stands in for the AMX kernel's crash (tests)
+    ctx = llama_cpp.llama_init_from_model(model, cparams)
+    if not ctx:
+        return "no: the context could not be created"
+    batch = llama_cpp.llama_batch_init(max(chunk, N_SEQ), 0, N_SEQ)
+    try:
+        # (token, position, sequence, logits) rows of each decode: a prompt chunk (logits
+        # for its last token), one token of each sequence (a logits row each: the
+        # scheduler's batch), one token.
+        shapes = [
+            [(tokens[i % len(tokens)], i, 0, i == chunk - 1) for i in range(chunk)],
+            [(tokens[s % len(tokens)], chunk if s == 0 else 0, s, True) for s in range(N_SEQ)],
+            [(tokens[0], chunk + 1, 0, True)],
+        ]
+        for rows in shapes:
+            for i, (token, pos, seq, logits) in enumerate(rows):
+                batch.token[i] = token
+                batch.pos[i] = pos
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = seq
+                batch.logits[i] = logits
+            batch.n_tokens = len(rows)
+            rc = int(llama_cpp.llama_decode(ctx, batch))
+            if rc != 0:
+                return f"no: llama_decode returned {rc}"
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        llama_cpp.llama_free(ctx)
+    return f"yes: {chunk} tokens, {N_SEQ} sequences, 1 token"
+
+
+def _phase_line(phase: str) -> None:
+    sys.stdout.write(_PHASE + phase + "\n")
+    sys.stdout.flush()
 
 
 def _report(result: dict[str, object]) -> None:

@@ -65,12 +65,18 @@ class Model:
         self.placement = place(self.info, settings)
         # llama.cpp aborts the process on some damage no header check foresees: the first
         # load of a header this app has not loaded before is tried in a child process.
-        load_check.ensure_loadable(
+        # The same check runs the decode shapes the app uses: a model that crashes llama.cpp
+        # with its extra CPU buffer types is loaded without them (``load_notice`` says so).
+        verdict = load_check.ensure_loadable(
             p,
             header,
             architecture=self.info.architecture,
             n_gpu_layers=self.placement.plan.n_gpu_layers,
+            extra_bufts=settings.use_extra_bufts,
         )
+        # What the user is told about how this model was loaded ("": nothing to say).
+        self.load_notice = verdict.notice
+        extra_bufts = settings.use_extra_bufts and verdict.extra_bufts
         self.path = p
         self.settings = settings
         self._cancelled = False
@@ -102,7 +108,9 @@ class Model:
             return keep_going
 
         # Kept for the model's life: llama.cpp reads the override array it points at.
-        self._cpu_quirks = apply_cpu_quirks(params, p)
+        self._cpu_quirks = apply_cpu_quirks(params, p) if extra_bufts else None
+        if not extra_bufts:
+            params.use_extra_bufts = False
 
         # Keep the ctypes callback referenced for the whole load: if it were collected,
         # llama.cpp would call freed memory.
@@ -128,6 +136,7 @@ class Model:
         self.vocab = llama_cpp.llama_model_get_vocab(handle)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+        self.add_eos = bool(llama_cpp.llama_vocab_get_add_eos(self.vocab))
         self.bos = int(llama_cpp.llama_vocab_bos(self.vocab))
         self.eos = int(llama_cpp.llama_vocab_eos(self.vocab))
         self.has_encoder = bool(llama_cpp.llama_model_has_encoder(handle))
@@ -176,7 +185,7 @@ class Model:
             else:
                 # parse_special off: the fragment holds no special token that takes part
                 out.extend(self._tokenize_bytes(fragment, False, False))
-        if add_special and llama_cpp.llama_vocab_get_add_eos(self.vocab):
+        if add_special and self.add_eos:
             out.append(self.eos)
         return out
 

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 
 from app.engine.errors import EngineError
+from app.loopback import is_loopback_host
 
 # ggml-rpc.cpp's enum rpc_cmd (RPC_CMD_HELLO is fixed at 14 by a static_assert there).
 CMD_GET_DEVICE_MEMORY = 11
@@ -55,12 +56,7 @@ class Endpoint:
 
     @property
     def is_loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
+        return is_loopback_host(self.host)
 
 
 @dataclass(frozen=True)
@@ -82,19 +78,45 @@ class RpcServerInfo:
 def parse_endpoint(text: str) -> Endpoint:
     """``HOST:PORT`` checked the way llama.cpp will read it, or a sentence why not."""
     value = text.strip()
-    host, sep, port_text = value.partition(":")
-    if not sep or not host:
+    example = f"e.g. 127.0.0.1:{DEFAULT_PORT}"
+    scheme, has_scheme, rest = value.partition("://")
+    if has_scheme:
+        # llama.cpp's RPC is raw TCP: a URL (often pasted from a server's address) is not
+        # an endpoint; name the HOST:PORT inside it when there is one
+        inner = rest.split("/", 1)[0]
+        hint = inner if inner.count(":") == 1 and inner[0] != "[" else f"HOST:PORT, {example}"
         raise RpcProbeError(
-            f"{text!r} is not an RPC endpoint: write it as HOST:PORT, e.g. 127.0.0.1:{DEFAULT_PORT}."
+            f"{text!r}: an RPC endpoint is HOST:PORT without a URL scheme "
+            f"({scheme}:// is not used; RPC is plain TCP): give {hint}."
         )
-    if ":" in port_text or host.startswith("["):
+    if value.startswith("[") or _is_ipv6(value) or _is_ipv6(value.rpartition(":")[0]):
         raise RpcProbeError(
             f"{text!r}: llama.cpp splits an endpoint at its first ':', so an IPv6 address "
             "cannot be used; give a host name or an IPv4 address."
         )
+    host, sep, port_text = value.partition(":")
+    if not sep or not host:
+        raise RpcProbeError(f"{text!r} is not an RPC endpoint: write it as HOST:PORT, {example}.")
+    port_text, extra, tail = port_text.partition(":")
+    if extra:
+        # HOST:PORT:N: newer llama.cpp names one device of a worker so; this one has no
+        # such suffix (it uses every device the worker offers)
+        raise RpcProbeError(
+            f"{text!r}: the trailing ':{tail}' is not part of an RPC endpoint (this llama.cpp "
+            f"has no device index there and uses every device of a worker): give {host}:{port_text}."
+            if tail.isdigit() and port_text.isdigit()
+            else f"{text!r} is not an RPC endpoint: write it as HOST:PORT, {example}."
+        )
     if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
         raise RpcProbeError(f"{text!r}: the port must be a number from 1 to 65535.")
     return Endpoint(host, int(port_text))
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        return ipaddress.ip_address(text).version == 6
+    except ValueError:
+        return False
 
 
 def parse_endpoints(text: str) -> tuple[Endpoint, ...]:
@@ -164,24 +186,11 @@ def probe(text_or_endpoint: str | Endpoint, timeout_s: float = DEFAULT_TIMEOUT_S
     try:
         with sock:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            hello = _call(sock, endpoint, CMD_HELLO, bytes(CONN_CAPS_SIZE), 4 + CONN_CAPS_SIZE)
-            version = (hello[0], hello[1], hello[2])
-            if version[0] != PROTOCOL_MAJOR or version[1] > PROTOCOL_MINOR:
-                raise RpcProbeError(
-                    f"{endpoint} speaks RPC protocol {'.'.join(map(str, version))}, this "
-                    f"LlamaDesk {PROTOCOL_MAJOR}.{PROTOCOL_MINOR}: run the same LlamaDesk "
-                    "version's `llamadesk rpc-worker` there."
-                )
-            (count,) = struct.unpack("<I", _call(sock, endpoint, CMD_DEVICE_COUNT, b"", 4))
-            if not 0 < count <= _MAX_DEVICES:
-                raise RpcProbeError(f"{endpoint} reports {count} devices: nothing to use there.")
-            memories = []
-            for index in range(count):
-                free, total = struct.unpack(
-                    "<QQ",
-                    _call(sock, endpoint, CMD_GET_DEVICE_MEMORY, struct.pack("<I", index), 16),
-                )
-                memories.append(RemoteMemory(int(free), int(total)))
+            try:
+                version, memories = _exchange(sock, endpoint)
+            except BaseException:
+                _abort(sock)
+                raise
     except TimeoutError:
         raise RpcProbeError(
             f"{endpoint} accepted the connection but did not answer the RPC handshake within "
@@ -194,4 +203,43 @@ def probe(text_or_endpoint: str | Endpoint, timeout_s: float = DEFAULT_TIMEOUT_S
         raise RpcProbeError(
             f"The connection to {endpoint} failed during the RPC handshake: {exc.strerror or exc}."
         ) from None
-    return RpcServerInfo(endpoint, version, tuple(memories), time.monotonic() - t0)
+    return RpcServerInfo(endpoint, version, memories, time.monotonic() - t0)
+
+
+def _exchange(
+    sock: socket.socket, endpoint: Endpoint
+) -> tuple[tuple[int, int, int], tuple[RemoteMemory, ...]]:
+    """HELLO, the device count and each device's memory, on a connected socket."""
+    hello = _call(sock, endpoint, CMD_HELLO, bytes(CONN_CAPS_SIZE), 4 + CONN_CAPS_SIZE)
+    version = (hello[0], hello[1], hello[2])
+    if version[0] != PROTOCOL_MAJOR or version[1] > PROTOCOL_MINOR:
+        raise RpcProbeError(
+            f"{endpoint} speaks RPC protocol {'.'.join(map(str, version))}, this "
+            f"LlamaDesk {PROTOCOL_MAJOR}.{PROTOCOL_MINOR}: run the same LlamaDesk "
+            "version's `llamadesk rpc-worker` there."
+        )
+    (count,) = struct.unpack("<I", _call(sock, endpoint, CMD_DEVICE_COUNT, b"", 4))
+    if not 0 < count <= _MAX_DEVICES:
+        raise RpcProbeError(f"{endpoint} reports {count} devices: nothing to use there.")
+    memories = []
+    for index in range(count):
+        free, total = struct.unpack(
+            "<QQ", _call(sock, endpoint, CMD_GET_DEVICE_MEMORY, struct.pack("<I", index), 16)
+        )
+        memories.append(RemoteMemory(int(free), int(total)))
+    return version, tuple(memories)
+
+
+def _abort(sock: socket.socket) -> None:
+    """Close with a reset (SO_LINGER 0) instead of a FIN, when giving up mid-exchange.
+
+    A busy worker (it serves one client at a time) has our connection in its accept
+    queue with our HELLO already in its buffer. After a plain close it would, once free,
+    read that HELLO and send the reply in two writes: the first draws a reset from our
+    closed socket, the second gets EPIPE, and the SIGPIPE kills an upstream
+    ``ggml-rpc-server`` (it does not ignore the signal). After a reset its first write
+    fails with ECONNRESET, which raises no signal, and it goes back to accept."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass  # already closed by the peer: nothing is left to reset

@@ -15,6 +15,7 @@ from pathlib import Path
 from app.engine.devices import Device, DeviceKind, list_devices, rpc_start_server_address
 from app.engine.errors import EngineError
 from app.engine.rpc_probe import Endpoint
+from app.fsutil import make_private_dir
 
 
 def served_devices() -> tuple[Device, ...]:
@@ -81,7 +82,7 @@ def serve(
     )(rpc_start_server_address())
     array = device_array(chosen)
     if cache_dir is not None:
-        cache_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(cache_dir)  # what the worker caches is the models' tensors
     threads = n_threads if n_threads is not None else max(1, (os.cpu_count() or 2) // 2)
     # Returns only when it could not start (a port in use): it prints why on stderr.
     start(

@@ -96,6 +96,9 @@ class ModelSettings:
     rpc_servers: str = spec_field(DEVICE_FIELDS["rpc_servers"])
     use_mmap: bool = True
     use_mlock: bool = False
+    # False: no extra CPU buffer types (AMX, CPU_REPACK), as llama-server's --no-repack:
+    # the window's "Load with safe settings" after a crash (issue 27).
+    use_extra_bufts: bool = True
     # A bundled template's name or a Jinja file ("": automatic); applies without a reload
     # (Engine.set_chat_template).
     chat_template: str = spec_field(MODEL_FIELDS["chat_template"])

@@ -12,9 +12,19 @@ that a marker is never shown and a reply never runs to the token limit past it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
-from app.engine.chat_template import ChatTemplate
+import numpy as np
+
+from app.engine.chat_template import ChatTemplate, TemplateChoice
+from app.engine.chat_template.choice import HasToken
+from app.engine.gguf_header import T_STRING, GGUFArray, GGUFHeader
+from app.engine.metadata import ModelInfo
 from app.engine.model import Model
+
+# llama.cpp parses a text as a special token when the token's type is one of these
+# (llama-vocab.cpp, cache_special_tokens: CONTROL, USER_DEFINED, UNKNOWN).
+_SPECIAL_TYPES: Final = (2, 3, 4)  # gguf TokenType UNKNOWN, CONTROL, USER_DEFINED
 
 
 @dataclass(frozen=True)
@@ -50,19 +60,61 @@ class ModelVocabulary:
         return self.token_of(text) is not None
 
 
-def choose(model: Model, user_choice: str = "") -> tuple[ChatTemplate, EndMarkers]:
-    """The template for ``model`` (``user_choice``: a bundled name or a file, "" automatic)
-    and its end markers."""
-    info = model.info
-    vocabulary = ModelVocabulary(model)
-    template = ChatTemplate.for_model(
+class HeaderVocabulary:
+    """Answers "is this text one special token of the model?" from the GGUF header's
+    token list and types, without loading the model (``inspect``): the tokens llama.cpp
+    parses as special, plus the BOS/EOS texts."""
+
+    def __init__(self, header: GGUFHeader, info: ModelInfo) -> None:
+        self._special = {info.bos_token, info.eos_token} - {""}
+        tokens = header.fields.get("tokenizer.ggml.tokens")
+        types = header.fields.get("tokenizer.ggml.token_type")
+        if not (isinstance(tokens, GGUFArray) and tokens.type == T_STRING):
+            return
+        if not (isinstance(types, GGUFArray) and types.type != T_STRING):
+            return
+        kinds = types.numpy()[: len(tokens)]
+        for index in np.flatnonzero(np.isin(kinds, _SPECIAL_TYPES)):
+            self._special.add(tokens.raw(int(index)).decode("utf-8", errors="replace"))
+
+    def has_token(self, text: str) -> bool:
+        return text in self._special
+
+
+def _template(
+    info: ModelInfo,
+    has_token: HasToken,
+    user_choice: str,
+    add_bos: bool = True,
+    add_eos: bool = False,
+) -> ChatTemplate:
+    """The one place the template is chosen: the loaded model's and ``inspect``'s."""
+    return ChatTemplate.for_model(
         info.chat_template,
         info.bos_token,
         info.eos_token,
         model_name=info.name or None,
         architecture=info.architecture or None,
-        has_token=vocabulary.has_token,
+        has_token=has_token,
         user_choice=user_choice,
+        add_bos=add_bos,
+        add_eos=add_eos,
+    )
+
+
+def choose_for_file(info: ModelInfo, header: GGUFHeader, user_choice: str = "") -> TemplateChoice:
+    """Which template a load of this file would use and why, read from its header
+    (``inspect``): the same choice as :func:`choose`, with the header's vocabulary."""
+    return _template(info, HeaderVocabulary(header, info).has_token, user_choice).choice
+
+
+def choose(model: Model, user_choice: str = "") -> tuple[ChatTemplate, EndMarkers]:
+    """The template for ``model`` (``user_choice``: a bundled name or a file, "" automatic)
+    and its end markers."""
+    vocabulary = ModelVocabulary(model)
+    # Strip a BOS/EOS text only where the tokenizer adds that token (llama.cpp's rule).
+    template = _template(
+        model.info, vocabulary.has_token, user_choice, model.add_bos, model.add_eos
     )
     strings: list[str] = []
     tokens: set[int] = set()

@@ -80,9 +80,7 @@ def endpoint(explicit: str | None = None) -> str:
 
 def downloads_dir() -> Path:
     """Partial downloads (``NAME.part`` + ``NAME.part.json``), per repository."""
-    path = paths.data_dir() / "downloads"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return paths.private_dir("downloads")
 
 
 def library_dir() -> Path:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import enum
 import json
-import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from app import paths
+from app.fsutil import atomic_write_bytes
 from app.mcp.client import CallOutcome, ToolResult
 from app.mcp.config import ServerConfig
 
@@ -97,9 +97,8 @@ class ApprovalPolicy:
             {"server": g.server, "binding": g.binding, "tool": g.tool} for g in sorted(self._grants)
         ]
         text = json.dumps({"version": _VERSION, "always": items}, indent=2)
-        tmp = self._path.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, self._path)
+        # Owner-only and replaced whole: it names servers' command lines, tokens included.
+        atomic_write_bytes(self._path, text.encode("utf-8"))
 
     def is_allowed(self, server: ServerConfig, tool: str) -> bool:
         return _Grant(server.name, server.binding, tool) in self._grants

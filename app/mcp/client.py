@@ -20,15 +20,22 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import IO, Any, Final
+from typing import Any, Final, TextIO, cast
 
 import anyio
+import anyio.abc
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from app.mcp.config import HttpServer, McpConfig, ServerConfig, StdioServer
+from app.mcp.config import (
+    HttpServer,
+    McpConfig,
+    ServerConfig,
+    StdioServer,
+    insecure_http_refusal,
+)
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT",
@@ -122,8 +129,10 @@ class McpConnection:
         self.server = server
         self._start_timeout = start_timeout
         self._stack = contextlib.AsyncExitStack()
+        self._group: anyio.abc.TaskGroup | None = None
+        self._closing = anyio.Event()
         self._session: ClientSession | None = None
-        self._stderr: IO[str] | None = None
+        self._stderr: TextIO | None = None
         self._broken = ""
         self._mark = 0
         self.status = ServerStatus(server.name, False, sentence="not started")
@@ -167,55 +176,98 @@ class McpConnection:
         return f"The MCP server '{self.server.name}' {what}{because}.{said}"
 
     async def __aenter__(self) -> McpConnection:
-        try:
-            # The transports' task groups stay open past this call: they are entered
-            # outside the timeout's cancel scope, which only bounds the handshake.
-            session = await self._open()
-            with anyio.fail_after(self._start_timeout):
-                await session.initialize()
-                listed = await session.list_tools()
-        except TimeoutError:
-            sentence = self._failure(f"did not answer within {self._start_timeout:g} s")
-            await self._close()
-            self.status = ServerStatus(self.server.name, False, sentence=sentence)
-            return self
-        except Exception as exc:
-            sentence = self._failure("could not be started", exc)
-            await self._close()
-            self.status = ServerStatus(self.server.name, False, sentence=sentence)
-            return self
-        self._session = session
-        tools = tuple(
-            McpTool(self.server.name, t.name, t.description or "", dict(t.input_schema))
-            for t in listed.tools
-        )
-        self.status = ServerStatus(self.server.name, True, tools)
+        self._group = anyio.create_task_group()
+        await self._group.__aenter__()
+        await self._group.start(self.serve)
         return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+        group, self._group = self._group, None
+        if group is not None:
+            await group.__aexit__(None, None, None)
+
+    def close(self) -> None:
+        """Let :meth:`serve` disconnect (it returns once the server is closed)."""
+        self._closing.set()
+
+    async def serve(self, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Connect, say so through ``task_status`` (also when it failed: :attr:`status`
+        holds the sentence), stay connected until :meth:`close`, then disconnect.
+
+        The whole connection lives in this one task: the SDK's transports hold task
+        groups, which must be left in the task that entered them, and a transport that
+        fails (an HTTP server that is down) cancels that task. Here that cancellation ends
+        this connection only, with a sentence, instead of reaching the caller (a
+        traceback, or a hang with other servers still open)."""
+        refusal = insecure_http_refusal(self.server)
+        if refusal is not None:  # nothing is sent: not even the handshake with its headers
+            self.status = ServerStatus(self.server.name, False, sentence=refusal)
+            task_status.started()
+            return
+        started = False
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                self._stack = stack
+                # The transports' task groups stay open past the handshake: they are
+                # entered outside the timeout's cancel scope, which only bounds it.
+                session = await self._open()
+                with anyio.fail_after(self._start_timeout):
+                    await session.initialize()
+                    listed = await session.list_tools()
+                self._session = session
+                tools = tuple(
+                    McpTool(self.server.name, t.name, t.description or "", dict(t.input_schema))
+                    for t in listed.tools
+                )
+                self.status = ServerStatus(self.server.name, True, tools)
+                task_status.started()
+                started = True
+                await self._closing.wait()
+                self._session = None
+        except Exception as exc:
+            inner: BaseException = exc
+            while isinstance(inner, BaseExceptionGroup) and inner.exceptions:
+                inner = inner.exceptions[0]  # the transports' task groups wrap it
+            if isinstance(inner, TimeoutError) and not started:
+                self._fail(f"did not answer within {self._start_timeout:g} s", None, started)
+                return
+            self._fail("stopped working" if started else "could not be started", exc, started)
+        finally:
+            self._session = None
+            if self._stderr is not None:
+                self._stderr.close()
+                self._stderr = None
+            if not started:
+                task_status.started()
+
+    def _fail(self, what: str, exc: BaseException | None, started: bool) -> None:
+        sentence = self._failure(what, exc)
+        if started:
+            self._broken = self._broken or sentence
+        else:
+            self.status = ServerStatus(self.server.name, False, sentence=sentence)
 
     async def _open(self) -> ClientSession:
         server = self.server
+        stack = self._stack
         if isinstance(server, StdioServer):
-            self._stderr = self._stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8"))
-            streams = await self._stack.enter_async_context(
+            # (opened by serve, which keeps it past the transport to quote it on failure)
+            self._stderr = self._stderr or cast(
+                TextIO, tempfile.TemporaryFile("w+", encoding="utf-8")
+            )
+            streams = await stack.enter_async_context(
                 stdio_client(self._stdio_params(server), self._stderr)
             )
         else:
             assert isinstance(server, HttpServer)
-            client = await self._stack.enter_async_context(
+            client = await stack.enter_async_context(
                 create_mcp_http_client(headers=dict(server.headers))
             )
-            streams = await self._stack.enter_async_context(
+            streams = await stack.enter_async_context(
                 streamable_http_client(server.url, http_client=client)
             )
-        return await self._stack.enter_async_context(ClientSession(streams[0], streams[1]))
-
-    async def _close(self) -> None:
-        self._session = None
-        with contextlib.suppress(Exception):
-            await self._stack.aclose()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._close()
+        return await stack.enter_async_context(ClientSession(streams[0], streams[1]))
 
     async def call(
         self,
@@ -287,17 +339,28 @@ class McpManager:
 
     def __init__(self, config: McpConfig, start_timeout: float = DEFAULT_START_TIMEOUT) -> None:
         self._connections = {s.name: McpConnection(s, start_timeout) for s in config.servers}
-        self._stack = contextlib.AsyncExitStack()
+        self._group: anyio.abc.TaskGroup | None = None
 
     async def __aenter__(self) -> McpManager:
-        # One after the other: each connection's contexts must be left in the task that
-        # entered them, and the SDK's transports hold task groups.
-        for connection in self._connections.values():
-            await self._stack.enter_async_context(connection)
+        # All at once, each bounded by the start timeout and failing alone (a server that
+        # is down neither waits for nor stops the others).
+        self._group = anyio.create_task_group()
+        await self._group.__aenter__()
+        try:
+            async with anyio.create_task_group() as starting:
+                for connection in self._connections.values():
+                    starting.start_soon(self._group.start, connection.serve)
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._stack.aclose()
+        for connection in self._connections.values():
+            connection.close()
+        group, self._group = self._group, None
+        if group is not None:
+            await group.__aexit__(None, None, None)
 
     @property
     def statuses(self) -> tuple[ServerStatus, ...]:

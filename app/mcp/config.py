@@ -7,6 +7,12 @@ and Claude Desktop write, read as it is::
         "search": {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ..."}}
     }}
 
+A server on plain ``http://`` to another computer (anything but the loopback,
+:mod:`app.loopback`) is not connected unless the user confirmed that the network is
+trusted, as for remote engines: ``"llamadeskAllowInsecureHttp": true`` in its entry (the
+window writes it when the user says yes), ``llamadesk mcp list --allow-insecure-http`` or
+``llamadesk run --mcp-allow-insecure-http`` (:func:`insecure_http_refusal`).
+
 A malformed file is refused whole with a sentence that names the place (nothing is
 connected half-configured); keys this app does not use (``disabled``, ``type``,
 ``timeout`` ...) are kept out of the way, except ``disabled: true``, which leaves the
@@ -17,22 +23,27 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from app import paths
 from app.errors import LlamaDeskError
+from app.loopback import url_host_is_loopback
 
 __all__ = [
+    "ALLOW_INSECURE_KEY",
     "HttpServer",
     "McpConfig",
     "McpConfigError",
     "ServerConfig",
     "StdioServer",
+    "insecure_http_refusal",
     "load_config",
     "parse_config",
 ]
+
+ALLOW_INSECURE_KEY = "llamadeskAllowInsecureHttp"  # an entry's confirmation of plain http://
 
 MAX_CONFIG_BYTES = 1_000_000
 
@@ -69,10 +80,21 @@ class HttpServer:
     name: str
     url: str
     headers: Mapping[str, str] = field(default_factory=dict)
+    allow_insecure_http: bool = False  # plain http:// to another computer was confirmed
 
     @property
     def binding(self) -> str:
         return "http:" + self.url
+
+    @property
+    def needs_confirmation(self) -> bool:
+        """Plain ``http://`` to another computer, not confirmed: its headers (keys) and
+        every tool call and result would travel unencrypted."""
+        return (
+            self.url.lower().startswith("http://")
+            and not url_host_is_loopback(self.url)
+            and not self.allow_insecure_http
+        )
 
 
 ServerConfig = StdioServer | HttpServer
@@ -84,6 +106,29 @@ class McpConfig:
 
     def server(self, name: str) -> ServerConfig | None:
         return next((s for s in self.servers if s.name == name), None)
+
+    def allowing_insecure_http(self) -> McpConfig:
+        """Every HTTP server with plain ``http://`` confirmed (the command line's flag)."""
+        return McpConfig(
+            tuple(
+                replace(s, allow_insecure_http=True) if isinstance(s, HttpServer) else s
+                for s in self.servers
+            )
+        )
+
+
+def insecure_http_refusal(server: ServerConfig) -> str | None:
+    """The sentence that keeps ``server`` from being connected over plain ``http://`` to
+    another computer without the user's word (None: it may be connected)."""
+    if not isinstance(server, HttpServer) or not server.needs_confirmation:
+        return None
+    return (
+        f"The MCP server '{server.name}' is plain http:// to another computer ({server.url}): "
+        "its headers (keys) and every tool call would travel unencrypted. Use https://, or "
+        "confirm that this network is trusted: --mcp-allow-insecure-http (run), "
+        f'--allow-insecure-http (mcp list), or "{ALLOW_INSECURE_KEY}": true in its entry '
+        "in mcp.json."
+    )
 
 
 def _strings(value: Any, where: str) -> tuple[str, ...]:
@@ -131,7 +176,11 @@ def _server(name: str, entry: Any) -> ServerConfig | None:
     url = entry["url"]
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise McpConfigError(f"{where}: 'url' must be an http:// or https:// address.")
-    return HttpServer(name, url, _string_map(entry.get("headers", {}), f"{where}: 'headers'"))
+    allow = entry.get(ALLOW_INSECURE_KEY, False)
+    if not isinstance(allow, bool):
+        raise McpConfigError(f"{where}: '{ALLOW_INSECURE_KEY}' must be true or false.")
+    headers = _string_map(entry.get("headers", {}), f"{where}: 'headers'")
+    return HttpServer(name, url, headers, allow)
 
 
 def parse_config(data: Any, source: str = "The MCP configuration") -> McpConfig:

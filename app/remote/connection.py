@@ -1,18 +1,18 @@
 """Where a remote engine connects: the server's URL, its key, the model, the time limits.
 
 A :class:`RemoteConnection` is checked before anything is sent (:meth:`validate`): an
-``http://`` URL to anything but this computer's loopback needs ``allow_insecure`` (the
+``http://`` URL to anything but this computer's loopback (:mod:`app.loopback`) needs ``allow_insecure`` (the
 API key and every message would travel in clear), the command line's
 ``--remote-allow-insecure-http``.
 """
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from app.errors import LlamaDeskError
+from app.loopback import is_loopback_host
 
 INSECURE_FLAG = "--remote-allow-insecure-http"
 
@@ -24,17 +24,6 @@ MAX_RETRY_AFTER_S = 10.0  # a 429's Retry-After is waited out up to this long, o
 
 class RemoteConnectionError(LlamaDeskError):
     """The connection's settings are wrong (before anything is sent)."""
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is this computer (``localhost`` or a loopback address)."""
-    host = host.strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)
@@ -77,7 +66,11 @@ class RemoteConnection:
             parts.port  # noqa: B018 (raises on a port that is no number)
         except ValueError:
             raise RemoteConnectionError(f"The port in {self.base_url!r} is not a number.") from None
-        if parts.scheme == "http" and not is_loopback(parts.hostname) and not self.allow_insecure:
+        if (
+            parts.scheme == "http"
+            and not is_loopback_host(parts.hostname)
+            and not self.allow_insecure
+        ):
             raise RemoteConnectionError(
                 f"{self.root} is plain http:// to another computer: the API key and every "
                 "message would travel unencrypted. Use https://, or confirm with "

@@ -147,6 +147,36 @@ def _renders(client: httpx2.Client, conn: RemoteConnection) -> bool:
     return isinstance(data, dict) and isinstance(data.get("prompt"), str)
 
 
+def _file_name(model_id: str) -> str:
+    return model_id.replace("\\", "/").rpartition("/")[2]
+
+
+def _named_model(conn: RemoteConnection, wanted: str, names: tuple[str, ...]) -> str:
+    """The listed id that ``wanted`` names by its file name: llama-server lists a model by
+    the path it was started with (``/models/qwen.gguf``), where a user writes the file's
+    name, with or without ``.gguf``. A name no id has, or that two ids share, is an error."""
+    stem = wanted.removesuffix(".gguf")
+    matches = [
+        n for n in names if _file_name(n) in (wanted, stem) or _file_name(n) == f"{stem}.gguf"
+    ]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise RemoteError(
+            RemoteFault(
+                FaultKind.NOT_FOUND,
+                f"{conn.label} has {len(matches)} models named {wanted!r}: give the full id "
+                f"({', '.join(matches)}).",
+            )
+        )
+    raise RemoteError(
+        RemoteFault(
+            FaultKind.NOT_FOUND,
+            f"{conn.label} has no model {wanted!r}; it has: {', '.join(names)}.",
+        )
+    )
+
+
 def probe(client: httpx2.Client, conn: RemoteConnection) -> ServerTraits:
     """See the module docstring; raises :class:`RemoteError` when the server cannot be used."""
     listed = _get(client, conn, "/v1/models")
@@ -162,12 +192,7 @@ def probe(client: httpx2.Client, conn: RemoteConnection) -> ServerTraits:
     names = tuple(str(m["id"]) for m in models)
     model = conn.model or (names[0] if names else "")
     if conn.model is not None and names and conn.model not in names:
-        raise RemoteError(
-            RemoteFault(
-                FaultKind.NOT_FOUND,
-                f"{conn.label} has no model {conn.model!r}; it has: {', '.join(names)}.",
-            )
-        )
+        model = _named_model(conn, conn.model, names)
     if not model:
         raise RemoteError(
             RemoteFault(

@@ -4,8 +4,10 @@ A :class:`SavedConnection` is what Preferences ▸ Engines keeps in the app sett
 (``AppSettings.remote_connections``, a JSON list: the one place they live): its name, the
 server's URL, whether plain ``http://`` to another computer was confirmed, and what the
 last test found (the server's kind, its models, its context size). The API key is never
-in it: :class:`ApiKeys` keeps it in the system keyring (as the Hugging Face token is), or,
-where there is no keyring, in memory until LlamaDesk closes (never in a plain file).
+in it: :class:`ApiKeys` keeps it in the system keyring, or, where there is none (or it
+refuses), in ``remote-keys.json`` in the data folder, readable only by the user (0600) -
+as the Hugging Face token (``hub-token``) and the MCP servers' secrets
+(``mcp-secrets.json``) are kept.
 
 A remote model is loaded by its *address*, ``remote://<connection id>/<model name>``
 (:func:`address`, :func:`parse_address`): what the session loads, the conversation
@@ -15,21 +17,27 @@ records and the picker lists beside the local files' paths.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
+from app import paths
+from app.fsutil import atomic_write_bytes
 from app.keyring_backend import system_keyring
-from app.remote.connection import RemoteConnection, is_loopback
+from app.loopback import is_loopback_host
+from app.remote.connection import RemoteConnection
 
 log = logging.getLogger(__name__)
 
 SCHEME = "remote://"
 KEYRING_SERVICE = "LlamaDesk remote engine key"
+KEYS_FILE = "remote-keys.json"  # in the data folder, owner-only: where there is no keyring
 MAX_NAME = 60
 
 
@@ -42,7 +50,7 @@ class SavedConnection:
     name: str
     url: str
     allow_insecure: bool = False  # plain http:// to another computer, confirmed once
-    has_key: bool = False  # an API key is kept for it (in the keyring or in memory)
+    has_key: bool = False  # an API key is kept for it (in the keyring or the keys file)
     kind: str = ""  # the server's kind at the last test ("llama-server"; "": not tested)
     version: str = ""
     models: tuple[str, ...] = field(default_factory=tuple)
@@ -54,7 +62,7 @@ class SavedConnection:
         parts = urlsplit(self.url.strip())
         return (
             parts.scheme == "http"
-            and not is_loopback(parts.hostname or "")
+            and not is_loopback_host(parts.hostname or "")
             and not self.allow_insecure
         )
 
@@ -178,58 +186,82 @@ def is_address(path: str | None) -> bool:
 
 @functools.cache
 def default_keys() -> ApiKeys:
-    """The process's one key store (the window's Engines page and its loader share it:
-    without a keyring a key lives only in its memory)."""
+    """The process's one key store (the window's Engines page and its loader share it)."""
     return ApiKeys()
 
 
 class ApiKeys:
-    """The connections' API keys: the system keyring, else memory only (see the module
-    docstring). Thread-safe; the keyring may take a moment, so the window calls it off
-    the GUI thread."""
+    """The connections' API keys: the system keyring, else ``remote-keys.json`` in the
+    data folder (owner-only; see the module docstring). Thread-safe; the keyring may take
+    a moment, so the window calls it off the GUI thread."""
 
-    def __init__(self, *, use_keyring: bool = True) -> None:
+    def __init__(self, *, use_keyring: bool = True, path: Path | None = None) -> None:
         self._keyring = system_keyring() if use_keyring else None
-        self._memory: dict[str, str] = {}
+        self._path = path  # None: the data folder's, found when first needed
         self._lock = threading.Lock()
 
     @property
+    def path(self) -> Path:
+        return self._path or paths.data_dir() / KEYS_FILE
+
+    @property
     def persistent(self) -> bool:
-        return self._keyring is not None
+        """Kept across restarts (always: the keyring, else the owner-only file)."""
+        return True
 
     def where(self) -> str:
         if self._keyring is not None:
             return "the system keyring"
-        return "memory only (no system keyring here: give it again after a restart)"
+        return f"{self.path}, readable only by you (there is no system keyring here)"
+
+    def _file(self) -> dict[str, str]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        return {k: v for k, v in data.items() if isinstance(v, str) and v}
+
+    def _write_file(self, data: Mapping[str, str]) -> None:
+        atomic_write_bytes(self.path, json.dumps(dict(data), indent=1).encode("utf-8"))
 
     def get(self, connection_id: str) -> str | None:
-        with self._lock:
-            if connection_id in self._memory:
-                return self._memory[connection_id]
         if self._keyring is not None:
             try:
                 value = self._keyring.get_password(KEYRING_SERVICE, connection_id)
             except Exception as exc:
                 log.warning("The keyring could not be read: %s", type(exc).__name__)
-                return None
-            return value if isinstance(value, str) and value else None
-        return None
+            else:
+                if isinstance(value, str) and value:
+                    return value
+        with self._lock:
+            return self._file().get(connection_id)
 
     def set(self, connection_id: str, key: str) -> None:
         if self._keyring is not None:
             try:
                 self._keyring.set_password(KEYRING_SERVICE, connection_id, key)
-                return
-            except Exception as exc:  # a locked keyring: this session only
+            except Exception as exc:  # a locked keyring: the owner-only file
                 log.warning("The keyring refused the key: %s", type(exc).__name__)
+            else:
+                self._drop_from_file(connection_id)  # one place per key
+                return
         with self._lock:
-            self._memory[connection_id] = key
+            data = self._file()
+            data[connection_id] = key
+            self._write_file(data)
 
     def delete(self, connection_id: str) -> None:
-        with self._lock:
-            self._memory.pop(connection_id, None)
+        self._drop_from_file(connection_id)
         if self._keyring is not None:
             try:
                 self._keyring.delete_password(KEYRING_SERVICE, connection_id)
             except Exception:
                 pass  # there was none
+
+    def _drop_from_file(self, connection_id: str) -> None:
+        with self._lock:
+            data = self._file()
+            if data.pop(connection_id, None) is not None:
+                self._write_file(data)

@@ -228,6 +228,13 @@ class RemoteTurn:
                 return ended
             if fault.retry_safe and connect_tries < CONNECT_RETRIES:
                 connect_tries += 1
+                log.info(
+                    "%s Trying again in %.2f s (%d of %d).",
+                    fault.message,
+                    backoff,
+                    connect_tries,
+                    CONNECT_RETRIES,
+                )
                 if self._cancelled.wait(backoff):
                     return self._ended(None, None, cancelled=True)
                 backoff *= 2

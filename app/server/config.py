@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
 from app.errors import LlamaDeskError
+from app.loopback import is_loopback_host
 
 MIB = 1 << 20
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() in ("localhost", "localhost."):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)
@@ -84,7 +75,7 @@ class ServerConfig:
                 )
         if self.api_key is not None and not self.api_key.strip():
             raise LlamaDeskError("The API key is empty; give a key or leave --api-key out.")
-        if not is_loopback(self.host) and not self.api_key:
+        if not is_loopback_host(self.host) and not self.api_key:
             raise LlamaDeskError(
                 f"Serving on {self.host} would let other devices use the model without a key: "
                 "give --api-key KEY (or bind to 127.0.0.1)."

@@ -7,6 +7,7 @@ only runs the turn (and, for a chat, renders the prompt that now fits once more)
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -37,7 +38,12 @@ from app.server.store import ConversationStore
 from app.session import ChatMessage, FinishReason, LoadedModel, TurnResult
 from app.session import events as ev
 
+_logger = logging.getLogger(__name__)
+
 STOP_WAIT_S = 10.0
+# How long a finished reply waits for its row to be committed before the client is told it
+# finished anyway (a database another process holds locked; SQLite's own busy wait is 5 s).
+STORE_WAIT_S = 30.0
 
 
 class Generation:
@@ -145,16 +151,10 @@ class Generation:
         try:
             n_ctx = model.n_ctx_seq
             tokens = self.prompt_tokens(req, n_ctx)
-            n_prompt = len(tokens)
-            max_tokens = req.sampling.max_tokens
-            if self.local_tokens and req.max_tokens_given and n_prompt + max_tokens > n_ctx:
-                raise ApiError(
-                    400,
-                    f"The context holds {n_ctx} tokens; the request asks for {n_prompt + max_tokens} "
-                    f"({n_prompt} in the prompt, {max_tokens} to generate). Lower max_tokens.",
-                    param="max_tokens",
-                    code="context_length_exceeded",
-                )
+            # A max_tokens past the room left is not refused (many clients send a large
+            # default): as in llama-server, the reply runs until the context is full and
+            # ends with "length" (the conversation's STOP policy). Only a prompt that
+            # leaves no room is refused, above.
             conv, _ = self._pool.acquire(req.conversation, tokens)
             events: queue.SimpleQueue[ev.ConversationEvent] = queue.SimpleQueue()
             conv.sink = events.put
@@ -203,7 +203,14 @@ class Generation:
                         yield Failed(server_error(message))
                         return
                     if result.finish_reason is FinishReason.ABORTED:
+                        if result.error and not gone():
+                            # cut off by the engine (a remote worker gone mid-reply), not by
+                            # the client: the stream ends with an error event, then [DONE]
+                            yield Failed(server_error(result.error))
+                            return
                         raise ClientGone
+                    # Committed before the client hears it finished (issue 27): a kill
+                    # right after a whole reply must not lose it.
                     self._record(conv, req, model, result, "".join(answer), "".join(reasoning))
                     yield Done(result, conv.name)
                     return
@@ -242,10 +249,11 @@ class Generation:
         answer: str,
         reasoning: str,
     ) -> None:
+        """Store the turn and wait for the commit (the store's thread writes it)."""
         if conv.name is None or self._store is None or not isinstance(req, ChatRequest):
             return
         reply = ChatMessage("assistant", answer, reasoning, tool_calls=result.tool_calls)
-        self._store.record(
+        stored = self._store.record(
             conv.cid,
             req.system,
             req.messages,
@@ -256,3 +264,7 @@ class Generation:
             result=result,  # the reply's ReplyMeta, as a window's reply gets
             engine=model.engine,
         )
+        try:
+            stored.result(STORE_WAIT_S)
+        except Exception as exc:  # the client still gets the reply it was sent
+            _logger.warning("the reply to API conversation %s was not stored: %r", conv.name, exc)

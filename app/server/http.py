@@ -49,6 +49,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from app import __version__
+from app.loopback import is_loopback_host
 from app.server.config import ServerConfig
 from app.server.errors import ApiError, bad_request, server_error
 from app.server.openai_format import (
@@ -57,7 +58,7 @@ from app.server.openai_format import (
     completion_chunks,
     completion_response,
 )
-from app.server.origin import LOOPBACK_NAMES, OriginPolicy, Verdict, refusal
+from app.server.origin import OriginPolicy, Verdict, refusal
 from app.server.params import parse_chat, parse_completion
 from app.server.service import ApiService, ClientGone, Item
 from app.server.slots import slot_index
@@ -76,7 +77,7 @@ PARSER_ERRORS = {
     505: "http_version_not_supported",
 }
 
-__all__ = ["LOOPBACK_NAMES", "ApiHandler", "ApiServer"]
+__all__ = ["ApiHandler", "ApiServer"]
 
 
 class ApiServer(Transport):
@@ -310,7 +311,7 @@ class ApiHandler(BaseHTTPRequestHandler):
             return True
         host = self.headers.get("Host", "")
         name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        return name.lower().removesuffix(".") in LOOPBACK_NAMES
+        return is_loopback_host(name)
 
     def _dispatch(self, method: str) -> None:
         path = urlsplit(self.path).path.rstrip("/") or "/"
@@ -451,7 +452,18 @@ class ApiHandler(BaseHTTPRequestHandler):
         self._generate(items, req.stream, req.include_usage, chat_response, chat_chunks)
 
     def _completions(self, path: str) -> None:
-        req = parse_completion(self._read_json(), self.headers.get("X-Conversation-Id"))
+        body = self._read_json()
+        if self.server.service.front is not None:  # serve --remote: the remote server answers
+            answer = self.server.service.forward_completion(body, self.gone)
+            if isinstance(answer, dict):
+                self._send_json(200, answer)
+                return
+            try:
+                self._stream(answer)
+            finally:
+                answer.close()
+            return
+        req = parse_completion(body, self.headers.get("X-Conversation-Id"))
         items = self.server.service.generate(req, self.gone, self.client_name(), path)
         self._generate(items, req.stream, req.include_usage, completion_response, completion_chunks)
 

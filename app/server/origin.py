@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from enum import Enum
 from urllib.parse import urlsplit
 
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+from app.loopback import is_loopback_host
+
 FOREIGN_FETCH_SITES = frozenset({"cross-site", "same-site"})
 
 
@@ -73,7 +74,7 @@ class OriginPolicy:
         if parts.scheme != "http" or parts.path or parts.query:
             return False
         host = (parts.hostname or "").lower()
-        return host in LOOPBACK_NAMES and (port or 80) == self.port
+        return is_loopback_host(host) and (port or 80) == self.port
 
 
 def normalize(origin: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -312,6 +313,9 @@ def parse_chat(body: Any, header_conversation: str | None = None) -> ChatRequest
     if len(raw) > MAX_MESSAGES:
         raise bad_request(f"At most {MAX_MESSAGES} messages per request.", "messages")
     messages: list[ChatMessage] = []
+    # The calls of the assistant message the tool messages that follow it answer (None:
+    # no such message right before: a tool message here answers nothing).
+    answering: dict[str, str] | None = None
     for i, item in enumerate(raw):
         where = f"messages[{i}]"
         if not isinstance(item, dict):
@@ -327,9 +331,10 @@ def parse_chat(body: Any, header_conversation: str | None = None) -> ChatRequest
             raise bad_request(f"{where}: 'reasoning_content' must be a string.", "messages")
         content = _content(item.get("content"), where)
         if role == "tool":
-            messages.append(_tool_result(item, content, where))
+            messages.append(_tool_result(item, content, where, answering))
             continue
         calls = _tool_calls(item.get("tool_calls"), where) if role == "assistant" else ()
+        answering = {c.call_id: c.name for c in calls} if calls else None
         if item.get("tool_calls") and role != "assistant":
             raise bad_request(f"{where}: only an assistant message has tool_calls.", "messages")
         messages.append(ChatMessage(ROLES[role], content, reasoning or "", tool_calls=calls))
@@ -355,7 +360,12 @@ def parse_chat(body: Any, header_conversation: str | None = None) -> ChatRequest
     )
 
 
-def _tool_result(item: dict[str, Any], content: str, where: str) -> ChatMessage:
+def _tool_result(
+    item: dict[str, Any], content: str, where: str, answering: Mapping[str, str] | None
+) -> ChatMessage:
+    """A tool message, which must answer a call of the assistant message before it (only
+    tool messages between them, as OpenAI has it). Standard clients send no ``name``: it
+    is the matching call's, for the prompt and the stored conversation."""
     call_id = item.get("tool_call_id")
     if not isinstance(call_id, str) or not 0 < len(call_id) <= MAX_CALL_ID:
         raise bad_request(
@@ -365,7 +375,21 @@ def _tool_result(item: dict[str, Any], content: str, where: str) -> ChatMessage:
     name = item.get("name")
     if name is not None and not isinstance(name, str):
         raise bad_request(f"{where}: 'name' must be a string.", "messages")
-    return ChatMessage("tool", content, tool_call_id=call_id, name=name or "")
+    if answering is None:
+        raise bad_request(
+            f"{where}: a tool message must follow the assistant message whose tool_calls it "
+            "answers.",
+            "messages",
+        )
+    called = answering.get(call_id)
+    if called is None:
+        shown = json.dumps(call_id)[:80]
+        raise bad_request(
+            f"{where}: the tool_call_id {shown} matches no call of the assistant message "
+            f"before it ({', '.join(json.dumps(k) for k in list(answering)[:8])}).",
+            "messages",
+        )
+    return ChatMessage("tool", content, tool_call_id=call_id, name=name or called)
 
 
 def _tool_calls(value: Any, where: str) -> tuple[MessageToolCall, ...]:
@@ -387,7 +411,9 @@ def _tool_calls(value: Any, where: str) -> tuple[MessageToolCall, ...]:
         if not isinstance(call_id, str) or len(call_id) > MAX_CALL_ID:
             raise bad_request(f"{here}: 'id' must be a string.", "messages")
         arguments = function.get("arguments", "{}")
-        if not isinstance(arguments, str):
+        if isinstance(arguments, str):
+            _check_arguments(arguments, here)
+        else:
             try:
                 arguments = json.dumps(arguments, ensure_ascii=False)
             except (TypeError, ValueError):
@@ -396,6 +422,24 @@ def _tool_calls(value: Any, where: str) -> tuple[MessageToolCall, ...]:
                 ) from None
         calls.append(MessageToolCall(call_id, function["name"], arguments))
     return tuple(calls)
+
+
+def _check_arguments(arguments: str, here: str) -> None:
+    """A call's arguments are a JSON object (the template writes them back as one; text
+    that is not JSON would be re-rendered as ``{}``); empty text is no arguments."""
+    if not arguments.strip():
+        return
+    try:
+        value = json.loads(arguments)
+    except (ValueError, RecursionError):
+        raise bad_request(
+            f"{here}: 'arguments' is not JSON (a JSON object as a string is expected).",
+            "messages",
+        ) from None
+    if not isinstance(value, dict):
+        raise bad_request(
+            f"{here}: 'arguments' must be a JSON object, not {_type_name(value)}.", "messages"
+        )
 
 
 def _tools(body: dict[str, Any]) -> ToolRequest | None:

@@ -76,6 +76,7 @@ class ServerRunner:
             self.session, config, self.store, slots_dir=states / SLOTS_FOLDER if persist else None
         )
         self.service.generation.local_tokens = loader is None
+        self.service.remote_loader = loader  # its engine answers what a session cannot
         self.http: ApiServer | None = None
         self._thread: threading.Thread | None = None
         self._closed = False

@@ -25,9 +25,11 @@ from app import __version__
 from app.engine import SamplingParams
 from app.server.admission import Admission
 from app.server.config import ServerConfig
+from app.server.errors import unavailable
+from app.server.front import RemoteFront
 from app.server.generation import Generation
 from app.server.heap import limit_heap_growth
-from app.server.params import GenerationRequest
+from app.server.params import GenerationRequest, expect_object, parse_chat, parse_completion
 from app.server.pool import ConversationPool
 from app.server.prompts import RequestVocab
 from app.server.reply_items import (
@@ -99,6 +101,12 @@ class ApiService:
         self.generation = Generation(
             self.served, self.vocab, self.admission, self.pool, store, self._log
         )
+        # ``serve --remote`` (and ``serve --rpc``'s private server): the remote engine's
+        # loader, whose engine answers the routes a session cannot (app.server.front)
+        self.remote_loader: Any = None
+        # ``serve --rpc``: why the private model process cannot answer now (None: it can)
+        self.model_down: Callable[[], str | None] = lambda: None
+        self._front: RemoteFront | None = None
         if attached or model is not None:
             self.attach(model)
         # Subscribed after attach: a ModelLoaded/ModelUnloaded that follows wins.
@@ -138,6 +146,9 @@ class ApiService:
     # ---------------------------------------------------------------- about the model
 
     def health(self) -> tuple[int, dict[str, Any]]:
+        down = self.model_down()
+        if down is not None:
+            return 503, {"error": {"code": 503, "message": down, "type": "unavailable_error"}}
         if self.served.loaded is not None:
             return 200, {"status": "ok"}
         if self.served.load_error:
@@ -170,8 +181,24 @@ class ApiService:
             },
         }
 
+    @property
+    def front(self) -> RemoteFront | None:
+        """The forwarder to the remote engine's server (None: the model is in-process)."""
+        engine = getattr(self.remote_loader, "engine", None)
+        if engine is None:
+            return None
+        front = self._front
+        if front is None or front.conn is not engine.conn or front.traits is not engine.traits:
+            if front is not None:
+                front.close()
+            front = self._front = RemoteFront(engine.conn, engine.traits)
+        return front
+
     def props(self) -> dict[str, Any]:
         model = self.served.get()
+        front = self.front
+        if front is not None:
+            return self._front_props(model, front)
         template = self.vocab.get().template
         return {
             "default_generation_settings": {
@@ -192,6 +219,33 @@ class ApiService:
             "pooling": model.settings.pooling_type if model.settings.embeddings else None,
             "build_info": f"LlamaDesk {__version__}",
             "api_parameters": api_parameters(),
+        }
+
+    def _front_props(self, model: LoadedModel, front: RemoteFront) -> dict[str, Any]:
+        """A front's /props: the remote model's context and template, this server's build."""
+        traits = front.traits
+        return {
+            "default_generation_settings": {
+                "n_ctx": traits.n_ctx or model.n_ctx_seq,
+                "params": SamplingParams().to_dict(),
+            },
+            "total_slots": self.config.parallel,
+            "model_path": traits.model,
+            "model_alias": self.model_id,
+            "chat_template": traits.chat_template or "",
+            "chat_template_source": "remote",
+            "chat_template_name": "model" if traits.chat_template else None,
+            "model_has_chat_template": bool(traits.chat_template),
+            "modalities": {"vision": False, "audio": False},
+            "embeddings": False,
+            "pooling": None,
+            "build_info": f"LlamaDesk {__version__}",
+            "api_parameters": api_parameters(),
+            "remote": {
+                "url": front.conn.root,
+                "kind": traits.kind.value,
+                "version": traits.version,
+            },
         }
 
     # ---------------------------------------------------------------- slots
@@ -219,13 +273,41 @@ class ApiService:
     # ---------------------------------------------------------------- text and generation
 
     def tokenize(self, body: Any) -> dict[str, Any]:
+        if (front := self.front) is not None:
+            return dict(front.post("/tokenize", expect_object(body)))
         return self.text.tokenize(body)
 
     def detokenize(self, body: Any) -> dict[str, Any]:
+        if (front := self.front) is not None:
+            return dict(front.post("/detokenize", expect_object(body)))
         return self.text.detokenize(body)
 
     def apply_template(self, body: Any) -> dict[str, Any]:
+        if (front := self.front) is not None:
+            parse_chat(body)  # the same 400s as a local model's
+            return dict(front.post("/apply-template", body))
         return self.text.apply_template(body)
+
+    def forward_completion(self, body: Any, gone: Gone) -> Any:
+        """A front's ``/v1/completions``: checked here as a local request is, then
+        answered by the remote server (see :meth:`RemoteFront.completions`)."""
+        front = self.front
+        assert front is not None
+        req = parse_completion(body)
+        self.served.get()
+        down = self.model_down()
+        if down is not None:
+            raise unavailable(down, "model_gone")
+        self.admission.enter(gone)
+        try:
+            answer = front.completions(expect_object(body), req.stream)
+        except BaseException:
+            self.admission.leave()
+            raise
+        if not req.stream:
+            self.admission.leave()
+            return answer
+        return _Released(answer, self.admission.leave)  # its place is held until it ends
 
     def embeddings(self, body: Any, gone: Gone) -> dict[str, Any]:
         return self.text.embeddings(body, gone, self.model_id)
@@ -234,8 +316,39 @@ class ApiService:
         self, req: GenerationRequest, gone: Gone, client: str = "", endpoint: str = ""
     ) -> Iterator[Item]:
         """See :meth:`Generation.generate`."""
+        down = self.model_down()
+        if down is not None:  # at once, not after the remote engine's connection fails
+            raise unavailable(down, "model_gone")
         return self.generation.generate(req, gone, client, endpoint)
 
     def close(self) -> None:
         self._unsubscribe()
         self.pool.close_all()
+        if self._front is not None:
+            self._front.close()
+
+
+class _Released:
+    """A forwarded stream that calls ``release`` once, when it ends or is closed."""
+
+    def __init__(self, events: Iterator[dict[str, Any]], release: Callable[[], None]) -> None:
+        self._events = events
+        self._release: Callable[[], None] | None = release
+
+    def __iter__(self) -> _Released:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        try:
+            return next(self._events)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        close = getattr(self._events, "close", None)
+        if close is not None:
+            close()
+        release, self._release = self._release, None
+        if release is not None:
+            release()

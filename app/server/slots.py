@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from app.errors import LlamaDeskError
+from app.fsutil import make_private_dir
 from app.server.errors import ApiError, bad_request, unavailable
 from app.server.params import expect_object, get_str
 from app.server.pool import ApiConversation, ConversationPool
@@ -132,7 +133,7 @@ class SlotActions:
             )
         name = check_filename(get_str(body, "filename"))
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            make_private_dir(self.folder, tighten=True)
         except OSError as exc:
             raise unavailable(f"The slots folder cannot be made: {exc.strerror or exc}.") from None
         return self.folder / name

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from app import crash_record
 from app.engine import ContextSettings, SamplingParams, read_model_info
 from app.engine import Event as EngineEvent
 from app.engine import RestoreOutcome as EngineRestore
@@ -50,8 +51,9 @@ class LocalEngine:
 
     capabilities = Capability.ALL
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, crash_model: str = "") -> None:
         self.engine = engine
+        self.crash_model = crash_model  # the path its crash record names (app.crash_record)
         # The tools each sequence's last chat turn listed: a fork renders them too, so its
         # point falls where the cache's text does.
         self._tools: dict[int, tuple[ToolSpec, ...]] = {}
@@ -84,6 +86,7 @@ class LocalEngine:
             chat_template=engine.template_choice,
             batching=engine.batching,
             reasoning=engine.reasoning_defaults,
+            notice=model.load_notice,
         )
 
     def memory(self) -> EngineMemory:
@@ -226,6 +229,7 @@ class LocalEngine:
 
     def shutdown(self) -> None:
         self.engine.close()
+        crash_record.clear(self.crash_model)
 
 
 class LocalLoader:
@@ -248,7 +252,11 @@ class LocalLoader:
         engine = Engine()
         warning: str | None = None
         try:
+            # What a crash in llama.cpp was doing, said after it (app.crash_record).
+            crash_record.mark(crash_record.Phase.LOADING, path)
             engine.load_model(path, model_settings, progress=progress)
+            # The context's first decodes (its batching measure) come next.
+            crash_record.mark(crash_record.Phase.DECODING, path)
             try:
                 engine.create_context(settings)
             except LlamaDeskError as exc:
@@ -263,5 +271,9 @@ class LocalLoader:
                 warning = f"{exc} LlamaDesk used the default context settings instead."
         except BaseException:
             engine.close()
+            crash_record.clear(path)
             raise
-        return Loaded(LocalEngine(engine), warning)
+        notice = engine.model.load_notice if engine.model is not None else ""
+        if notice:  # the slower path was chosen: the window and `run` show the warning
+            warning = f"{notice} {warning}" if warning else notice
+        return Loaded(LocalEngine(engine, path), warning)

@@ -164,6 +164,9 @@ class LoadedModel:
     # How its template reasons and whether a turn without a choice thinks (the engine's
     # rule); None: not known (an engine that cannot say).
     reasoning: ReasoningDefaults | None = None
+    # How it was loaded, when the user must know (e.g. without the faster CPU kernels,
+    # which crashed on this computer: app.engine.load_check); "" when nothing to say.
+    notice: str = ""
 
     @property
     def path(self) -> str:

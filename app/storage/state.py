@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from app import paths
-from app.fsutil import atomic_write_bytes
+from app.fsutil import atomic_write_bytes, make_private_dir
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class StateStore:
         self, directory: Path | None = None, quota_bytes: int = DEFAULT_QUOTA_BYTES
     ) -> None:
         self.directory = Path(directory) if directory is not None else paths.state_dir()
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.directory, tighten=True)
         self.quota_bytes = int(quota_bytes)
         self._lock = threading.Lock()
         self._remove_stale_temp_files()

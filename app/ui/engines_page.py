@@ -9,8 +9,8 @@ but this computer asks once, when the connection is added, and the answer is kep
 The connections live in the app settings (``AppSettings.remote_connections``, read and
 written through :mod:`app.remote.saved`), and a change is saved at once (not at OK: a
 key in the keyring and a test's answer are not things to undo with Cancel). The API key
-goes to :class:`~app.remote.saved.ApiKeys` (the system keyring, else memory only) and is
-never shown, logged or written to a file.
+goes to :class:`~app.remote.saved.ApiKeys` (the system keyring, else ``remote-keys.json``,
+owner-only) and is never shown, logged or written to the settings.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ class EnginesPage(QWidget):
         self.key_edit.setObjectName("engines-key")
         self.key_edit.setEchoMode(QLineEdit.EchoMode.Password)
         self.key_edit.setPlaceholderText("optional")
-        self.key_edit.setToolTip(f"Kept in {self._keys.where()}; never in a file.")
+        self.key_edit.setToolTip(f"Kept in {self._keys.where()}; never in settings.json.")
         form.addRow("Name", self.name_edit)
         form.addRow("URL", self.url_edit)
         form.addRow("API key", self.key_edit)

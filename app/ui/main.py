@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, QSize, QTimer, Signal
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app import paths
+from app import crash_record, paths
 from app.engine import llama_log
 from app.errors import LlamaDeskError
 from app.storage import AppSettings, Database, DatabaseOpenError, load_settings, move_aside
@@ -168,7 +168,8 @@ def run(argv: list[str] | None = None) -> int:
         done = asyncio.Event()
         window.shutDown.connect(done.set)
         window.show()
-        window.start()
+        window.start()  # reads what a crash of the last session left (app/ui/window_crash)
+        crash_record.watch_window()
         if exit_after_show():
             QTimer.singleShot(EXIT_AFTER_SHOW_MS, window.close)
         await done.wait()
@@ -179,6 +180,7 @@ def run(argv: list[str] | None = None) -> int:
     try:
         code = int(qasync.run(main()))
     finally:
+        crash_record.end_window_watch()
         _window = None
         logging.getLogger("llama.cpp").removeHandler(log_handler)
         llama_log.flush_repeats()

@@ -37,6 +37,7 @@ from app.remote.saved import is_address
 from app.session import LoadedModel, Session
 from app.session import events as ev
 from app.storage import AppSettings, Database, StateStore, load_settings
+from app.ui import window_crash
 from app.ui.chat_tab import ChatTab
 from app.ui.downloads_panel import Downloads
 from app.ui.frame_pace import FramePace
@@ -254,7 +255,9 @@ class MainWindow(QMainWindow):
         self.update_stack()
         if load_model:
             path = self.initial_model_path()
-            if path is not None:
+            # The last session crashed in llama.cpp: say so; that model is not loaded again
+            # by itself (app/ui/window_crash.py).
+            if path is not None and not window_crash.hold_back(self, path):
                 self.load_model(path)
             else:
                 self.update_stack()

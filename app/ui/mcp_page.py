@@ -5,7 +5,9 @@ each with a check box that switches it on or off; Add… (a program or a URL, se
 :mod:`app.ui.mcp_server_dialog`), Import mcp.json… (another app's file, as it is; secrets
 to the keyring), Remove, and Test connection, which starts or reaches the server, lists
 its tools with what their definitions cost in tokens (small contexts feel it), and
-closes it again.
+closes it again. A server on plain ``http://`` to another computer is connected only
+after the user says yes to a question (as for remote engines); the answer is kept in its
+entry (``llamadeskAllowInsecureHttp``).
 
 Changes are saved at once (not at OK): they are files and keyring entries of their own,
 not part of the settings the dialog's OK applies. Every file, keyring and server action
@@ -16,6 +18,7 @@ ends, so a server that hangs or dies costs a wait for its timeout, never a froze
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +29,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
     QLabel,
+    QMessageBox,
     QPushButton,
     QTreeWidget,
     QTreeWidgetItem,
@@ -36,7 +40,7 @@ from shiboken6 import isValid
 
 from app.errors import LlamaDeskError
 from app.mcp.client import McpConnection, ServerStatus
-from app.mcp.config import ServerConfig
+from app.mcp.config import HttpServer, ServerConfig
 from app.ui.mcp_runtime import PROBE_TIMEOUT_S, McpRuntime, shared_runtime
 from app.ui.mcp_server_dialog import McpServerDialog
 from app.ui.mcp_store import McpStore, ServerEntry, resolved
@@ -78,6 +82,7 @@ class McpPage(QWidget):
         self.costs: dict[str, ToolCost] = {}
         self._busy = 0
         self._testing: set[str] = set()
+        self._confirm: QMessageBox | None = None
         self._build()
         self.reload()
 
@@ -282,7 +287,19 @@ class McpPage(QWidget):
             self.save_server(*result)
 
     def save_server(self, server: ServerConfig, secret_names: list[str]) -> None:
-        """Store ``server`` (its secret values to the keyring), then test it."""
+        """Store ``server`` (its secret values to the keyring), then test it; plain
+        ``http://`` to another computer is asked about first (No: nothing is saved)."""
+        if isinstance(server, HttpServer) and server.needs_confirmation:
+            self._ask_insecure(
+                server.name,
+                server.url,
+                bool(secret_names or server.headers),
+                lambda: self.save_server(
+                    dataclasses.replace(server, allow_insecure_http=True), secret_names
+                ),
+                f"'{server.name}' was not added: use https:// for another computer.",
+            )
+            return
         name = server.name
 
         def saved(entry: ServerEntry) -> None:
@@ -334,6 +351,23 @@ class McpPage(QWidget):
         entry = self._entry(name)
         if entry is None or name in self._testing:
             return
+        server = entry.server
+        if isinstance(server, HttpServer) and server.needs_confirmation:
+            # An imported or hand-written entry: ask before anything is sent to it.
+            def allowed() -> None:
+                self._in_background(
+                    lambda: self.store.allow_insecure_http(name),
+                    lambda _: self.reload(then=lambda: self.test(name)),
+                )
+
+            self._ask_insecure(
+                name,
+                server.url,
+                bool(entry.secret_names or server.headers),
+                allowed,
+                f"'{name}' was not connected: use https:// for another computer.",
+            )
+            return
         self._testing.add(name)
         self._busy += 1
         item = self._item(name)
@@ -345,6 +379,39 @@ class McpPage(QWidget):
             _test(self.store, entry, self._probe_timeout_s),
             lambda result: self._on_tested(name, result),
         )
+
+    def _ask_insecure(
+        self, name: str, url: str, has_secrets: bool, then: Callable[[], None], refused: str
+    ) -> None:
+        """Ask whether plain ``http://`` to another computer may be used; ``then`` on yes,
+        the sentence ``refused`` on no."""
+        box = QMessageBox(
+            QMessageBox.Icon.Warning,
+            "Unencrypted connection",
+            f"The MCP server '{name}' at {url} is plain http:// to another computer: "
+            + ("its keys, " if has_secrets else "")
+            + "every tool call and every result would travel unencrypted. Use it only on a "
+            "network you trust.",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+            self,
+        )
+        box.setObjectName("mcp-confirm-insecure")
+        box.button(QMessageBox.StandardButton.Yes).setText("Use it unencrypted")
+
+        def answered(result: int) -> None:
+            self._confirm = None
+            if result == QMessageBox.StandardButton.Yes:
+                then()
+            else:
+                self.say(refused, error=True)
+
+        box.finished.connect(answered)
+        self._confirm = box
+        box.open()
+
+    def confirmation(self) -> QMessageBox | None:
+        """The open question about plain http:// (None: none asked)."""
+        return self._confirm
 
     def _on_tested(self, name: str, result: object) -> None:
         if not isValid(self):

@@ -28,6 +28,7 @@ from app.errors import LlamaDeskError
 from app.fsutil import atomic_write_bytes
 from app.keyring_backend import system_keyring
 from app.mcp.config import (
+    ALLOW_INSECURE_KEY,
     HttpServer,
     McpConfig,
     McpConfigError,
@@ -120,7 +121,6 @@ class SecretStore:
         )
 
     def _write_file(self, data: Mapping[str, str]) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(self._path, json.dumps(dict(data), indent=1).encode("utf-8"))
 
     def get(self, server: str, name: str) -> str | None:
@@ -186,6 +186,8 @@ def _entry_json(entry: ServerEntry) -> dict[str, Any]:
         data["url"] = s.url
         if s.headers:
             data["headers"] = dict(s.headers)
+        if s.allow_insecure_http:
+            data[ALLOW_INSECURE_KEY] = True
     if entry.secret_names:
         data[SECRETS_KEY] = list(entry.secret_names)
     if not entry.enabled:
@@ -194,7 +196,7 @@ def _entry_json(entry: ServerEntry) -> dict[str, Any]:
 
 
 _OWN_KEYS: Final = frozenset(
-    {"command", "args", "env", "cwd", "url", "headers", "disabled", SECRETS_KEY}
+    {"command", "args", "env", "cwd", "url", "headers", "disabled", SECRETS_KEY, ALLOW_INSECURE_KEY}
 )
 
 
@@ -250,7 +252,6 @@ class McpStore:
     def _write(self, entries: Iterable[ServerEntry]) -> None:
         data = {"mcpServers": {e.name: _entry_json(e) for e in entries}}
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(self.path, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
         except OSError as exc:
             raise McpStoreError(
@@ -285,6 +286,19 @@ class McpStore:
     def set_enabled(self, name: str, enabled: bool) -> None:
         entries = self.entries()
         self._write([replace(e, enabled=enabled) if e.name == name else e for e in entries])
+
+    def allow_insecure_http(self, name: str) -> None:
+        """Record that the user confirmed plain ``http://`` to another computer for the
+        HTTP server ``name`` (its secrets stay where they are)."""
+        entries = self.entries()
+        self._write(
+            [
+                replace(e, server=replace(e.server, allow_insecure_http=True))
+                if e.name == name and isinstance(e.server, HttpServer)
+                else e
+                for e in entries
+            ]
+        )
 
     def remove(self, name: str) -> None:
         entries = self.entries()

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.loopback import is_loopback_host
 from app.server.app_settings import ServerAppSettings, generate_key
 from app.server.service import RequestRecord
 from app.session import events as ev
@@ -62,7 +63,7 @@ def lan_address() -> str | None:
             address = str(probe.getsockname()[0])
         except OSError:
             return None
-    return None if address.startswith("127.") or address == "0.0.0.0" else address
+    return None if is_loopback_host(address) or address == "0.0.0.0" else address
 
 
 def status_text(record: RequestRecord) -> str:

@@ -76,7 +76,6 @@ class ToolSelection:
             "chats": {str(cid): sorted([list(p) for p in pairs]) for cid, pairs in chats.items()},
         }
         try:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(self._path, json.dumps(data, indent=1).encode("utf-8"))
         except OSError as exc:
             return (

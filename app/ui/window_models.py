@@ -88,7 +88,9 @@ class WindowModels:
         path = self.win.model_path()
         return path is not None and Path(path) == paths.demo_model_path()
 
-    def load_model(self, path: str) -> None:
+    def load_model(self, path: str, *, safe: bool = False) -> None:
+        """Load ``path``; ``safe``: without llama.cpp's extra CPU buffer types (the way
+        out after a crash, app/ui/window_crash.py)."""
         win = self.win
         if self.loading_path is not None:
             return
@@ -106,7 +108,8 @@ class WindowModels:
             path,
             ContextSettings.from_dict(dict(win.app_settings.context)),
             ContextFullPolicy.parse(win.context_policy()) or ContextFullPolicy.SHIFT,
-            model_settings=win.model_settings_for(path),  # its chat template and devices
+            # its chat template and devices
+            model_settings=replace(win.model_settings_for(path), use_extra_bufts=not safe),
         )
         win.update_stack()
 

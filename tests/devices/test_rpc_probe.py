@@ -115,8 +115,9 @@ def test_a_dead_port_says_nothing_listens() -> None:
     port = _free_port()
     t0 = time.monotonic()
     with pytest.raises(RpcProbeError, match=r"Nothing listens on 127\.0\.0\.1:\d+.*rpc-worker"):
-        probe(f"127.0.0.1:{port}", timeout_s=3)
-    assert time.monotonic() - t0 < 3
+        probe(f"127.0.0.1:{port}", timeout_s=30)
+    # the refusal is taken at its word, not waited out (bounded for a busy machine)
+    assert time.monotonic() - t0 < 15
 
 
 def test_a_server_of_another_protocol_is_not_an_rpc_server() -> None:
@@ -139,7 +140,7 @@ def test_a_hung_peer_is_given_up_within_the_timeout() -> None:
     release = threading.Event()
 
     def hang(conn: socket.socket) -> None:
-        release.wait(10)
+        release.wait(60)
 
     for port in _serve(hang):
         t0 = time.monotonic()
@@ -147,7 +148,8 @@ def test_a_hung_peer_is_given_up_within_the_timeout() -> None:
             probe(f"127.0.0.1:{port}", timeout_s=1)
         elapsed = time.monotonic() - t0
         release.set()
-        assert 0.9 < elapsed < 3
+        # not before the timeout; well before the peer's 60 s (bounded for a busy machine)
+        assert 0.9 < elapsed < 20
 
 
 @pytest.mark.parametrize(
@@ -156,7 +158,9 @@ def test_a_hung_peer_is_given_up_within_the_timeout() -> None:
         ("localhost", "HOST:PORT"),
         (":50052", "HOST:PORT"),
         ("[::1]:50052", "IPv6"),
-        ("::1:50052", "HOST:PORT"),
+        ("::1:50052", "IPv6"),
+        ("http://127.0.0.1:50052", "without a URL scheme .*give 127.0.0.1:50052[.]"),
+        ("127.0.0.1:50052:1", "trailing ':1' .*device index.*give 127.0.0.1:50052[.]"),
         ("host:0", "1 to 65535"),
         ("host:port", "1 to 65535"),
         ("host:70000", "1 to 65535"),
@@ -174,3 +178,20 @@ def test_endpoint_lists() -> None:
     assert not parse_endpoint("10.0.0.2:5").is_loopback
     with pytest.raises(RpcProbeError, match="twice"):
         parse_endpoints("a:1,a:1")
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "said"),
+    [
+        ("http://127.0.0.1:50052", "without a URL scheme"),
+        ("127.0.0.1:50052:1", "the trailing ':1' is not part of an RPC endpoint"),
+    ],
+)
+def test_run_rpc_says_what_is_wrong_with_the_endpoint(
+    endpoint: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app.cli import main
+
+    assert main(["run", "model.gguf", "hi", "--rpc", endpoint]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "give 127.0.0.1:50052." in err and "IPv6" not in err

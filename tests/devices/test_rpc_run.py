@@ -205,3 +205,63 @@ def test_inspect_fit_says_the_plan(models: dict[str, Path], worker: Worker) -> N
     remote = next(d for d in fit["devices"] if d["type"] == "remote")
     assert remote["layers"] == [0, 1] and remote["endpoint"] == worker.endpoint
     assert fit["plan"] == f"2 of 2 layers on {remote['name']} ({worker.endpoint})"
+
+
+def _connected_to(port: int) -> bool:
+    """An established TCP connection to ``port`` on this machine (llama.cpp's RPC client
+    keeps one open while it loads and decodes)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if remote_port == port and fields[3] == "01":  # 01: ESTABLISHED
+                return True
+    return False
+
+
+def test_a_worker_killed_mid_run_leaves_json_output_clean(
+    models: dict[str, Path], make_worker: Callable[[], Worker]
+) -> None:
+    # llama.cpp aborts the model process when its worker goes; without GGML_NO_BACKTRACE
+    # ggml attaches gdb and its backtrace lands on stdout, in the middle of --json.
+    w = make_worker()
+    port = int(w.endpoint.rsplit(":", 1)[1])
+    run = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "app", "run", str(models["llama"]), PROMPT, "--raw"),
+            *("--json", "-n", "4000", "-c", "4096", "--temp", "0"),
+            *("--rpc", w.endpoint, "--gpu-layers", "all"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+        cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        held_since: float | None = None
+        while held_since is None or time.monotonic() - held_since < 2.0:
+            assert run.poll() is None, run.communicate()[1]
+            assert time.monotonic() < deadline, "the run never kept a connection to the worker"
+            if _connected_to(port):
+                held_since = held_since or time.monotonic()
+            else:
+                held_since = None
+            time.sleep(0.1)
+        w.process.kill()
+        out, err = run.communicate(timeout=90)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 1, err
+    assert "failed mid-run" in err, err
+    assert "Traceback" not in err
+    # nothing but JSON on stdout: here, no object at all (the run failed), and no backtrace
+    if out.strip():
+        json.loads(out)
+    assert "#0" not in out + err and "gdb" not in (out + err).lower()

@@ -70,12 +70,87 @@ def test_serve_rpc_answers_as_the_cpu_does_and_outlives_its_worker(
         failed = _chat(server.url, "hello again")
         assert failed.status_code >= 500 and "error" in failed.json()
         assert time.monotonic() - t0 < 60
-        assert httpx2.get(f"{server.url}/health", timeout=10).status_code == 200
+        # /health says the model is gone (it said ok while every chat failed)
+        health = httpx2.get(f"{server.url}/health", timeout=10)
+        assert health.status_code == 503, health.text
+        said = health.json()["error"]["message"]
+        assert "gone" in said and worker.endpoint in said and said.endswith("."), said
+        refused = _chat(server.url, "meanwhile")
+        assert refused.status_code == 503 and refused.json()["error"]["message"] == said
+        # the worker comes back on its port: the model is loaded again by itself
+        again = _worker_on(worker.endpoint)
+        try:
+            assert _wait_health(server.url, 200, 120), "the model was not loaded again"
+            answer = _chat(server.url, "hello there")
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["choices"][0]["message"]["content"] == expected
+        finally:
+            again.stop()
     finally:
         code, err = server.stop()
     assert code == 0, err
     assert "is gone" in err and worker.endpoint in err, err
+    assert "answers again: the model was loaded again" in err, err
     assert "Traceback" not in err
+
+
+def _worker_on(endpoint: str) -> Worker:
+    """A new ``llamadesk rpc-worker`` on the port of one that was stopped."""
+    port = endpoint.rsplit(":", 1)[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "rpc-worker", "--port", port, "--threads", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=cli_env(),
+        cwd=ROOT,
+    )
+    return Worker(process, endpoint)
+
+
+def _wait_health(url: str, status: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx2.get(f"{url}/health", timeout=10).status_code == status:
+                return True
+        except httpx2.HTTPError:
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def test_serve_rpc_ends_a_stream_cut_by_a_dead_worker_with_an_error_event(
+    model: Path, tmp_path: Path, make_worker: Callable[[], Worker]
+) -> None:
+    worker = make_worker()
+    args = [str(model), "--no-persist", "--rpc", worker.endpoint, "--gpu-layers", "all"]
+    server = ServeProcess(args, tmp_path / "d")
+    body = {
+        "messages": [{"role": "user", "content": "tell a long story"}],
+        "max_tokens": 3000,
+        "temperature": 0,
+        "stream": True,
+    }
+    events: list[str] = []
+    try:
+        with httpx2.stream(
+            "POST", f"{server.url}/v1/chat/completions", json=body, timeout=90
+        ) as reply:
+            assert reply.status_code == 200
+            for line in reply.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                events.append(line[6:])
+                if len(events) == 3:
+                    worker.stop()  # mid-reply: llama.cpp aborts the model process
+    finally:
+        code, err = server.stop()
+    assert code == 0, err
+    assert events[-1] == "[DONE]", events[-3:]
+    last = json.loads(events[-2])
+    assert "error" in last, events[-3:]
+    message = last["error"]["message"]
+    assert worker.endpoint in message and message.endswith("."), message
 
 
 def test_bench_rpc_reports_the_plan(model: Path, make_worker: Callable[[], Worker]) -> None:
@@ -111,7 +186,13 @@ def test_serve_rpc_gives_up_a_reply_on_a_stopped_worker(
         stuck = _chat(server.url, "hello again")
         assert stuck.status_code >= 500 and "error" in stuck.json()
         assert time.monotonic() - t0 < 60
-        assert httpx2.get(f"{server.url}/health", timeout=10).status_code == 200
+        # the model process is being replaced, or cannot load while the worker is stopped
+        health = httpx2.get(f"{server.url}/health", timeout=10)
+        assert health.status_code == 503, health.text
+        assert worker.endpoint in health.json()["error"]["message"]
+        os.kill(worker.process.pid, signal.SIGCONT)  # back: the model is loaded again
+        assert _wait_health(server.url, 200, 120), "the model was not loaded again"
+        assert _chat(server.url, "hello there").status_code == 200
     finally:
         code, err = server.stop(timeout=60)
     assert code == 0, err

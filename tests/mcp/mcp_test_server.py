@@ -58,6 +58,7 @@ def fail(reason: str) -> str:
 
 if __name__ == "__main__":
     if sys.argv[1] == "http":
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+        host = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1"
+        server.run("streamable-http", host=host, port=int(sys.argv[2]))
     else:
         server.run()

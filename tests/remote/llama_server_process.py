@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from app.engine.cpu_quirks import llama_server_flags
 from tests.support.peers import LLAMA_SERVER as BINARY
 
 
@@ -27,6 +28,9 @@ def start_llama_server(model: Path, *extra: str) -> tuple[subprocess.Popen[bytes
         port = s.getsockname()[1]
     argv = [str(BINARY), "-m", str(model), "--port", str(port), "-c", "4096"]
     argv += ["--parallel", "2", "-t", "1", "--no-webui", *extra]
+    # The app's CPU quirks (--no-repack where llama.cpp's AMX kernels crash): the peer
+    # runs on the same CPU, with the same kernels.
+    argv += llama_server_flags()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60

@@ -8,7 +8,8 @@ message says chooses a fault, so that one server can fail one conversation and a
 another: ``[401]``/``[404]``/``[429]``/``[500]`` (that status), ``[429-once]`` (a 429 with
 ``Retry-After: 0.2`` once, then an answer), ``[drop]`` (the connection closes after two
 pieces), ``[malformed]`` (a piece that is no JSON), ``[hang]`` (headers, then nothing),
-``[slow]`` (a piece every 0.2 s), ``[silent]`` (not even the headers: the time the
+``[slow]`` (a piece every 0.2 s), ``[held]`` (the first piece, then the rest once
+:attr:`StubState.held_release` is set), ``[silent]`` (not even the headers: the time the
 client closed the connection is kept in :attr:`StubState.closed_at`), ``[not-sse]`` (a JSON answer where a stream was asked);
 and the reasoning: ``[think]`` (``<think>…</think>`` in the text, for the splitter),
 ``[reasoning]`` (``delta.reasoning_content`` first, as llama-server and vLLM send it).
@@ -17,9 +18,12 @@ are split at odd places (the second call's id before its name, arguments cut ins
 and strings, the two calls' pieces interleaved) - and ends with ``finish_reason:
 "tool_calls"``; ``[tool-message]`` sends one call whole in ``message.tool_calls``;
 ``[tool-cut]`` drops the connection in the middle of a call's arguments; ``[tool-slow]``
-sends the call pieces 0.2 s apart; ``[no-tools]``
+sends the call pieces 0.2 s apart (with ``names_late=True`` these send
+:data:`TOOL_PIECES_NAMES_LATE`: argument fragments before the names); ``[no-tools]``
 answers a request that has ``tools`` with a 400, as a server without function calling does.
-Every request is kept in :attr:`StubServer.requests` (path, headers, body).
+Every request is kept in :attr:`StubServer.requests` (path, headers, body);
+:attr:`StubState.chat_received` is set when a chat request has been read (a test waits for
+it instead of sleeping).
 """
 
 from __future__ import annotations
@@ -45,6 +49,18 @@ TOOL_PIECES: tuple[tuple[int, str | None, str | None, str], ...] = (
     (0, None, None, '": "c"}'),
     (5, None, None, 'ne": "CET"}'),
 )
+# The same two calls with arguments before the names (``names_late=True``): call 0 gives
+# its id, two fragments, then its name with a third; call 5 begins with a fragment, before
+# even its id. A client that dropped what came before a name would lose '{"ci' and more.
+TOOL_PIECES_NAMES_LATE: tuple[tuple[int, str | None, str | None, str], ...] = (
+    (0, "call_w", None, ""),
+    (0, None, None, '{"ci'),
+    (5, None, None, '{"zo'),
+    (0, None, None, 'ty": "Pa'),
+    (0, None, "get_weather", 'ris", "unit'),
+    (5, "call_t", "get_time", 'ne": "CET"}'),
+    (0, None, None, '": "c"}'),
+)
 
 
 @dataclass
@@ -58,12 +74,15 @@ class Seen:
 class StubState:
     kind: str = "openai"  # openai | ollama | vllm
     vllm_prompt_details: bool = False
+    names_late: bool = False  # [tool-call] and the like send TOOL_PIECES_NAMES_LATE
     api_key: str | None = None  # requests without "Bearer KEY" get a 401
     requests: list[Seen] = field(default_factory=list)
     once: set[str] = field(default_factory=set)  # faults already given once
     last_prompt: str = ""  # to count the "cached" prefix as a server would
     hang_release: threading.Event = field(default_factory=threading.Event)
     closed_at: float = 0.0  # monotonic time a [silent] request's client closed
+    chat_received: threading.Event = field(default_factory=threading.Event)
+    held_release: threading.Event = field(default_factory=threading.Event)  # for [held]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -118,6 +137,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != "/v1/chat/completions":
             self._json(404, {"error": {"message": "Not found"}})
             return
+        state.chat_received.set()
         messages = body.get("messages", [])
         last = messages[-1]["content"] if messages else ""
         for code in ("401", "404", "500"):
@@ -203,6 +223,8 @@ class _Handler(BaseHTTPRequestHandler):
             if "[malformed]" in last and i == 2:
                 self._piece("{not json")
                 return
+            if "[held]" in last and i == 1:
+                state.held_release.wait(60)
             if "[slow]" in last:
                 time.sleep(0.2)
             chunk = {
@@ -233,7 +255,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _tool_pieces(self, *, cut: bool, slow: bool) -> None:
         self._piece(json.dumps({"choices": [{"index": 0, "delta": {"content": "Let me look."}}]}))
-        for n, (index, call_id, name, fragment) in enumerate(TOOL_PIECES):
+        pieces = TOOL_PIECES_NAMES_LATE if self.server.state.names_late else TOOL_PIECES
+        for n, (index, call_id, name, fragment) in enumerate(pieces):
             if cut and n == 4:
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
@@ -292,6 +315,7 @@ class StubServer:
 
     def close(self) -> None:
         self.state.hang_release.set()
+        self.state.held_release.set()
         self._server.shutdown()
         self._server.server_close()
         for conn in list(self._server.open_connections):  # a server that is gone is gone

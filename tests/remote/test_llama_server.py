@@ -4,7 +4,7 @@ test command runs it first).
 
 Two turns: the second reports cached tokens and decodes only the new suffix; each
 conversation is pinned to a slot of its own; prompt progress comes through; closing a
-conversation mid-reply frees its slot within a second; a closed conversation's slot is
+conversation mid-reply frees its slot (the reply is cut short); a closed conversation's slot is
 saved to a file (``--slot-save-path``) and restored into its slot when it is opened again,
 after other conversations took every slot; a conversation on llama-server and one on
 the local engine generate at the same time.
@@ -35,6 +35,7 @@ T = TypeVar("T")
 
 # The tiny model cannot end this (no end of turn allowed): replies run to max_tokens.
 ENDLESS_GRAMMAR = 'root ::= ("hello" | " world" | " tab" | " llama") root'
+LONG_REPLY = 2000  # tokens: about a slot's whole context (2,048)
 # Readable replies: the random tiny model's free text has bytes that are no UTF-8, which
 # come back as U+FFFD and re-tokenize differently (so the history would not be the
 # prefix the cache holds); words of its vocabulary render back to the tokens it sampled.
@@ -52,7 +53,8 @@ def slot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def llama_server(tiny_model: Path, slot_dir: Path) -> Iterator[str]:
-    proc, url = start_llama_server(tiny_model, "--slot-save-path", str(slot_dir))
+    # --metrics: how many tokens it generated (a reply cut by a close is shorter)
+    proc, url = start_llama_server(tiny_model, "--slot-save-path", str(slot_dir), "--metrics")
     yield url
     proc.terminate()
     proc.wait(30)
@@ -106,9 +108,9 @@ def test_closing_mid_reply_frees_the_slot(
 ) -> None:
     chat = remote_chat(llama_server)
     cid, events = chat.new_conversation()
-    chat.session.submit(
-        cid, [ChatMessage("user", "talk")], sampling=SamplingParams(max_tokens=1500)
-    )
+    before = _tokens_predicted(llama_server)
+    endless = SamplingParams(max_tokens=LONG_REPLY, grammar=ENDLESS_GRAMMAR)
+    chat.session.submit(cid, [ChatMessage("user", "talk")], sampling=endless)
     while not isinstance(event := events.get(timeout=30), ev.TextStreamed):
         assert not isinstance(event, ev.TurnFinished), "the reply ended before the close"
     chat.session.close(cid, save=False)
@@ -118,9 +120,19 @@ def test_closing_mid_reply_frees_the_slot(
         slots = httpx2.get(f"{llama_server}/slots", timeout=5).json()
         return any(s.get("is_processing") for s in slots)
 
-    while processing():
-        assert time.monotonic() - t0 < 1.0, "the slot is still generating"
+    while processing():  # about 20 ms here; bounded for a busy machine
+        assert time.monotonic() - t0 < 30, "the slot is still generating"
         time.sleep(0.05)
+    # the slot stopped because the close cut the reply, not because it ran to its end
+    assert _tokens_predicted(llama_server) - before < LONG_REPLY
+
+
+def _tokens_predicted(url: str) -> int:
+    """llama-server's count of the tokens it generated (--metrics)."""
+    for line in httpx2.get(f"{url}/metrics", timeout=5).text.splitlines():
+        if line.startswith("llamacpp:tokens_predicted_total "):
+            return int(float(line.split()[1]))
+    raise AssertionError("llama-server's /metrics has no tokens_predicted_total")
 
 
 def _next(events: queue.SimpleQueue[Any], kind: type[T]) -> T:
@@ -170,8 +182,7 @@ def test_a_remote_and_a_local_conversation_generate_at_once(
     assert isinstance(_next(loaded, ev.ModelLoaded), ev.ModelLoaded)
     try:
         streams: dict[str, list[float]] = {"remote": [], "local": []}
-        finished: dict[str, float] = {}
-        done = threading.Event()
+        finished: dict[str, threading.Event] = {n: threading.Event() for n in streams}
         lock = threading.Lock()
 
         def watch(name: str) -> Callable[[Any], None]:
@@ -180,25 +191,33 @@ def test_a_remote_and_a_local_conversation_generate_at_once(
                     if isinstance(event, ev.TextStreamed):
                         streams[name].append(time.monotonic())
                     elif isinstance(event, ev.TurnFinished):
-                        finished[name] = time.monotonic()
-                        if len(finished) == 2:
-                            done.set()
+                        finished[name].set()
 
             return on_event
 
-        endless = SamplingParams(max_tokens=120, grammar=ENDLESS_GRAMMAR, seed=1)
+        # The remote reply is long (its slot's whole context) and is stopped only once the
+        # local one is done, so the two overlap by construction, whatever the machine's
+        # load: a session that waited for the other would never finish its turn.
         rcid, _ = chat.new_conversation()
         chat.session.subscribe(rcid, watch("remote"))
         local.subscribe(1, watch("local"))
         local.open(1)
-        chat.session.submit(rcid, [ChatMessage("user", "talk")], sampling=endless)
-        local.submit(1, [ChatMessage("user", "talk")], sampling=endless)
-        assert done.wait(120), "both replies end"
+        long = SamplingParams(max_tokens=LONG_REPLY, grammar=ENDLESS_GRAMMAR, seed=1)
+        chat.session.submit(rcid, [ChatMessage("user", "talk")], sampling=long)
+        deadline = time.monotonic() + 60
+        while not streams["remote"]:  # the remote reply is under way
+            assert time.monotonic() < deadline and not finished["remote"].is_set()
+            time.sleep(0.01)
+        short = SamplingParams(max_tokens=40, grammar=ENDLESS_GRAMMAR, seed=1)
+        local.submit(1, [ChatMessage("user", "talk")], sampling=short)
+        assert finished["local"].wait(120), "the local reply ends while the remote one runs"
+        remote_ended_first = finished["remote"].is_set()
+        chat.session.stop(rcid)
+        assert finished["remote"].wait(60)
+        assert not remote_ended_first, "2,000 tokens took less time than 40 local ones"
         with lock:
             remote_times, local_times = streams["remote"], streams["local"]
-        assert len(remote_times) > 10 and len(local_times) > 10
-        # each streamed while the other did: their streaming spans overlap
-        assert local_times[0] < remote_times[-1] and remote_times[0] < local_times[-1]
+        assert local_times and remote_times[0] < local_times[0]
     finally:
         local.shutdown()
         assert local.join(30.0)
@@ -231,7 +250,9 @@ def test_a_server_that_goes_away_is_said_in_that_conversation(
         t0 = time.monotonic()
         chat.session.close(cid)  # its slot cannot be saved: said in the log, not waited for
         _next(events, ev.ConversationClosed)
-        assert time.monotonic() - t0 < 5.0
+        # a refused connection is not retried for SLOT_ACTION_TIMEOUT_S (120 s); bounded
+        # for a busy machine
+        assert time.monotonic() - t0 < 30
     finally:
         proc.kill()
         proc.wait(30)

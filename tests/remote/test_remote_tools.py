@@ -126,8 +126,13 @@ def assembled(calls: list[ev.ToolCallStreamed]) -> dict[int, tuple[str, str, str
     return out
 
 
-def test_streamed_calls_split_at_odd_places(stub: MakeStub, remote_chat: MakeChat) -> None:
-    server = stub("openai")
+@pytest.mark.parametrize("names_late", [False, True], ids=["names-first", "names-late"])
+def test_streamed_calls_split_at_odd_places(
+    stub: MakeStub, remote_chat: MakeChat, names_late: bool
+) -> None:
+    """names-late: argument fragments come before the calls' names (and one before its
+    id): held until the name, none lost."""
+    server = stub("openai", names_late=names_late)
     chat = remote_chat(server.url)
     cid, events = chat.new_conversation()
     turn = tool_turn(chat, cid, events, "weather and time [tool-call]")
@@ -287,6 +292,36 @@ def test_engine_events_and_the_chat_route_for_tools(
         (1, "get_time", {"zone": "CET"}),
     ]
     assert [r.path for r in server.requests if r.body is not None] == ["/v1/chat/completions"]
+
+
+def test_engine_events_when_arguments_come_before_the_names(stub: MakeStub) -> None:
+    server = stub("openai", names_late=True)
+    conn = RemoteConnection(server.url)
+    traits = dataclasses.replace(probe_connection(conn), token_prompts=True)
+    engine = RemoteEngine(conn, traits, lambda: httpx2.Client(timeout=10))
+    try:
+        prompt = ChatPrompt((ChatMessage("user", "[tool-call]"),), tools=AUTO)
+        events = engine_turn(engine, prompt)
+    finally:
+        engine.shutdown()
+    calls = [e for e in events if isinstance(e, ToolCallStarted | ToolCallArguments)]
+    arguments: dict[int, str] = {}
+    for event in calls:
+        if isinstance(event, ToolCallStarted):
+            assert event.index not in arguments  # announced once, before its fragments
+            arguments[event.index] = ""
+        else:
+            assert event.fragment
+            arguments[event.index] += event.fragment  # KeyError: a fragment before its start
+    assert arguments == {0: '{"city": "Paris", "unit": "c"}', 1: '{"zone": "CET"}'}
+    starts = [(e.index, e.call_id, e.name) for e in calls if isinstance(e, ToolCallStarted)]
+    assert starts == [(0, "call_w", "get_weather"), (1, "call_t", "get_time")]
+    [done] = [e for e in events if isinstance(e, Finished)]
+    assert done.completion.tool_errors == []
+    assert [(c.name, c.arguments) for c in done.completion.tool_calls] == [
+        ("get_weather", {"city": "Paris", "unit": "c"}),
+        ("get_time", {"zone": "CET"}),
+    ]
 
 
 def test_calls_outside_the_offered_tools_are_told(

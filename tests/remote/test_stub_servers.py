@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import queue
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -119,7 +118,8 @@ def test_a_remote_and_a_local_session_generate_at_the_same_time(
     stub: MakeStub, remote_chat: MakeChat, tiny_model: Path
 ) -> None:
     """The remote turn streams on its own threads: a local session's turn runs meanwhile."""
-    chat = remote_chat(stub("openai").url)
+    server = stub("openai")
+    chat = remote_chat(server.url)
     local = Session(stream_interval_s=0.0, name="local")
     local_events: queue.SimpleQueue[Any] = queue.SimpleQueue()
     local.subscribe_session(local_events.put)
@@ -129,21 +129,21 @@ def test_a_remote_and_a_local_session_generate_at_the_same_time(
         while not isinstance(event := local_events.get(timeout=60), ev.ModelLoaded):
             assert not isinstance(event, ev.ModelLoadFailed), event
         cid, events = chat.new_conversation()
-        remote_future = chat.send(cid, "slowly [slow]")
-        time.sleep(0.3)  # the remote reply is under way
+        # held after its first piece until the local turn is done: the order is the
+        # test's, not the machine's speed
+        remote_future = chat.send(cid, "held [held]")
+        assert server.state.chat_received.wait(60)  # the remote reply is under way
         local_turn = local.submit(
             1, [ChatMessage("user", "hello")], sampling=SamplingParams(max_tokens=8)
         )
-        local_done_at = 0.0
         while True:
             event = local_events.get(timeout=60)
             if isinstance(event, ev.TurnFinished) and event.turn_id == local_turn:
-                local_done_at = time.monotonic()
                 break
+        # the local turn ended while the remote reply was held: it did not wait for it
+        server.state.held_release.set()
         remote = chat.wait(remote_future, events)
-        remote_done_at = time.monotonic()
         assert remote.failed is None and remote.result.text == "".join(REPLY)
-        assert local_done_at < remote_done_at  # the local turn did not wait for the remote
     finally:
         local.shutdown()
         local.join(30)

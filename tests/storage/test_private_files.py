@@ -88,16 +88,18 @@ def test_the_data_folder_is_created_owner_only(
     assert written is not None and _mode(written) == 0o600
 
 
-def test_a_folder_the_user_made_keeps_its_mode(
+def test_a_data_folder_the_user_made_is_tightened(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Issue 27 item 6: owner-only also when the data folder exists already (never the
+    user's home or a temp root: tests/test_private_files.py)."""
     chosen = tmp_path / "shared"
     chosen.mkdir()
     os.chmod(chosen, 0o750)
     monkeypatch.setenv("LLAMADESK_HOME", str(chosen))
     with Database.open() as db:
         assert _mode(db.path) == 0o600
-    assert _mode(chosen) == 0o750
+    assert _mode(chosen) == 0o700
 
 
 def test_a_database_in_a_new_folder_gets_an_owner_only_folder(

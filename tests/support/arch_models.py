@@ -491,6 +491,7 @@ def write_arch_model(
     vocab: str | Vocab = "small",
     n_ctx_train: int = 4096,
     chat_template: str | None = CHATML_TEMPLATE,
+    tied: bool = False,
 ) -> Path:
     """Write a tiny ``arch`` model with random weights to ``path`` and return it.
 
@@ -498,6 +499,8 @@ def write_arch_model(
     BPE vocabulary name from :data:`BIG_VOCABS` (then the embedding and output matrices are
     f16, 19 MB each, as the rest of a real file would dwarf them), or a :class:`Vocab`. The
     default template follows the vocabulary (ChatML, or Llama 3's for ``"llama3-128k"``).
+    ``tied``: no ``output.weight`` even where the family's description has one (the input
+    embedding is then the output matrix too, as in SmolLM2 and Gemma 3).
     """
     spec = SPECS[arch]()
     voc = resolve_vocab(vocab)
@@ -526,6 +529,8 @@ def write_arch_model(
         writer.add_chat_template(chat_template)
     rng = np.random.default_rng(seed)
     for name, shape in spec.tensors(voc.n_tokens):
+        if tied and name == "output.weight":
+            continue
         data = _values(name, shape, rng, spec.gain)
         dtype: type[np.floating[Any]] = np.float32
         if name in ("token_embd.weight", "output.weight"):

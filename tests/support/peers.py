@@ -6,12 +6,15 @@ downloads the pinned sdist from the package registry (``pip download``), unpacks
 builds both programs once into a cache outside the checkout (``LLAMADESK_PEERS`` or
 ``~/.cache/llamadesk-peers``), keyed by the llama-cpp-python version; later runs find them
 there and do nothing. The README's test command runs it before pytest, so CI tests against
-the real peers instead of skipping them.
+the real peers instead of skipping them. Two builds at once (two checkouts' CI, a benchmark
+and a test run) take turns on a lock file in the cache (``flock``, so a build that dies
+frees it): the second finds the first's programs and does nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
@@ -19,7 +22,13 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; builds there are one at a time by hand
+    fcntl = None  # type: ignore[assignment]
 
 LLAMA_CPP_PYTHON = "0.3.36"  # the version pyproject.toml pins
 TARGETS = ("llama-server", "ggml-rpc-server")
@@ -47,6 +56,28 @@ CMAKE_FLAGS = (
     "-DLLAMA_CURL=OFF",
     "-DGGML_RPC=ON",
 )
+
+
+LOCK_NAME = "build.lock"
+WAITING = "another build of the peers is under way; waiting for it"
+
+
+@contextlib.contextmanager
+def build_lock(root: Path = ROOT) -> Iterator[None]:
+    """Hold the cache's lock file (saying so on stderr when another build has it)."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / LOCK_NAME, "a+b") as handle:
+        if fcntl is not None:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(WAITING, file=sys.stderr, flush=True)
+                fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def built() -> bool:
@@ -91,9 +122,15 @@ def _fetch_source() -> None:
 
 
 def build(jobs: int | None = None) -> None:
-    """Build both peers unless they are there already."""
+    """Build both peers unless they are there already (one build at a time)."""
     if built():
         return
+    with build_lock():
+        if not built():  # another build may have made them while this one waited
+            _build(jobs)
+
+
+def _build(jobs: int | None) -> None:
     started = time.monotonic()
     _fetch_source()
     jobs = jobs or int(os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", os.cpu_count() or 2))

@@ -117,7 +117,10 @@ def test_the_key_goes_to_the_key_store_never_to_a_file(
     (conn,) = widget.connections()
     assert conn.has_key and keys.get(conn.id) == KEY
     assert any(r.headers.get("Authorization") == f"Bearer {KEY}" for r in stub.requests)
-    assert not keys.persistent and "memory only" in keys.where()
+    # no keyring here: the owner-only keys file, as for MCP secrets and the Hub token
+    assert keys.persistent and "remote-keys.json" in keys.where()
+    assert keys.path.stat().st_mode & 0o777 == 0o600 and KEY in keys.path.read_text()
+    assert "remote-keys.json" in widget.key_edit.toolTip()
 
 
 def test_a_wrong_key_is_said_and_the_connection_kept(

@@ -31,9 +31,11 @@ Reasoning (thinking) is rendered as llama.cpp's server renders it:
   thinking on by default, toggle, effort); :meth:`ChatTemplate.opens_reasoning` whether
   the generation prompt opens the reasoning block (the reply starts inside it).
 * **Past reasoning.** An assistant message may carry ``reasoning_content``; it reaches the
-  template under that name (Qwen3, GLM, Laguna... read it; most drop it), and as
-  ``thinking`` for gpt-oss, as llama.cpp does. Empty reasoning is left out, so templates
-  that split ``content`` on ``</think>`` see the bare answer.
+  template under that name (Qwen3, GLM, Laguna... read it; most drop it), as ``thinking``
+  for gpt-oss and LFM2/LFM2.5 and as a thinking block for Ministral 3, as llama-server's
+  handlers give it. Empty reasoning is left out, so templates that split ``content`` on
+  ``</think>`` see the bare answer. llama.cpp's default ``preserve_reasoning`` is passed
+  too (``drop_thinking=false`` ...): DeepSeek V4 writes an earlier reply ``<think></think>``.
 
 On top of that it smooths over what real templates get wrong for a chat app:
 
@@ -47,8 +49,9 @@ On top of that it smooths over what real templates get wrong for a chat app:
 * **BOS.** The engine tokenizes the rendered text with ``add_special=True``, so llama.cpp
   adds the BOS token itself when the model wants one. Templates that start with
   ``{{ bos_token }}`` would double it; :meth:`ChatTemplate.render` therefore strips one
-  leading ``bos_token`` text by default (``strip_bos=True``), exactly like llama.cpp's
-  server.
+  leading ``bos_token`` text by default (``strip_bos=True``) when the tokenizer adds BOS
+  (``add_bos``; a trailing ``eos_token`` likewise with ``add_eos``), exactly like
+  llama.cpp's server. A model that adds none keeps it (SmolLM2: ``<|im_start|>``).
 * **Stop strings.** :attr:`ChatTemplate.stop_strings` is the special-token-like marker the
   template writes right after a finished assistant message (``<|im_end|>``,
   ``<|eot_id|>``, ``<end_of_turn>``, ``</s>`` ...), found by rendering a probe; empty when

@@ -53,12 +53,17 @@ def has_consecutive_roles(messages: Sequence[Mapping[str, Any]]) -> bool:
     return any(a.get("role") == b.get("role") for a, b in itertools.pairwise(messages))
 
 
-def prepare_messages(messages: Sequence[Mapping[str, Any]], harmony: bool) -> list[dict[str, Any]]:
+def prepare_messages(
+    messages: Sequence[Mapping[str, Any]], as_thinking: bool, thinking_blocks: bool = False
+) -> list[dict[str, Any]]:
     """Copies of ``messages`` with past reasoning where the template looks for it.
 
     Empty reasoning is left out (templates test ``is string`` or truthiness, and those
-    that split ``content`` on ``</think>`` then see the bare answer); a harmony template
-    (gpt-oss) reads it as ``thinking``, as llama.cpp maps it.
+    that split ``content`` on ``</think>`` then see the bare answer); with ``as_thinking``
+    (gpt-oss's harmony, LFM2/LFM2.5) it is also given as ``thinking``, as llama.cpp maps it;
+    with ``thinking_blocks`` (Ministral 3) a reply's content becomes a ``thinking`` block
+    and a ``text`` block, as llama-server's Ministral 3 handler builds it (a string content
+    renders the same as one text block, so only replies with reasoning are changed).
     """
     prepared: list[dict[str, Any]] = []
     for message in messages:
@@ -66,7 +71,16 @@ def prepare_messages(messages: Sequence[Mapping[str, Any]], harmony: bool) -> li
         reasoning = copy.get("reasoning_content")
         if "reasoning_content" in copy and not (isinstance(reasoning, str) and reasoning):
             del copy["reasoning_content"]
-        elif harmony and isinstance(reasoning, str) and "thinking" not in copy:
+        elif thinking_blocks and isinstance(reasoning, str) and copy.get("role") == "assistant":
+            content = copy.get("content")
+            blocks: list[Any] = [{"type": "thinking", "thinking": reasoning}]
+            if isinstance(content, str):
+                blocks.append({"type": "text", "text": content})
+            elif isinstance(content, list):
+                blocks.extend(content)
+            copy["content"] = blocks
+            del copy["reasoning_content"]
+        elif as_thinking and isinstance(reasoning, str) and "thinking" not in copy:
             copy["thinking"] = reasoning
         prepared.append(copy)
     return prepared

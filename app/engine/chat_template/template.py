@@ -46,6 +46,7 @@ from app.engine.chat_template.thinking import (
     ReasoningEffort,
     ReasoningOptions,
     differs_at_end,
+    llama_server_handler,
     reasoning_variables,
     thinking_rule,
 )
@@ -63,6 +64,9 @@ _BUILTIN_SOURCES: Final = frozenset(
     }
 )
 
+# llama-server's handlers that hand past reasoning to the template as ``thinking``.
+_THINKING_FIELD: Final = frozenset({"gpt-oss", "LFM2", "LFM2.5"})
+
 # Needles for the probes; plain words so that no template mangles them.
 _SYSTEM_NEEDLE: Final = "LlamaDeskProbeSystemText"
 _USER_NEEDLE: Final = "LlamaDeskProbeUserText"
@@ -79,7 +83,11 @@ class ChatTemplate:
     """A compiled chat template; :meth:`render` turns messages into prompt text.
 
     Construct with the GGUF's ``tokenizer.chat_template`` (None for a built-in fallback)
-    and the BOS/EOS token texts. Raises :class:`ChatTemplateError` when the template does
+    and the BOS/EOS token texts; ``add_bos``/``add_eos`` say whether the model's tokenizer
+    adds those tokens itself (``llama_vocab_get_add_bos``/``_eos``): only then does
+    :meth:`render` strip their texts, as llama.cpp's ``common_chat`` does (SmolLM2's BOS
+    text is ``<|im_start|>`` but it adds no BOS: stripping it lost the first marker).
+    Raises :class:`ChatTemplateError` when the template does
     not compile or cannot render even a single user message; :meth:`for_model` never raises.
     """
 
@@ -93,9 +101,14 @@ class ChatTemplate:
         architecture: str | None = None,
         now: Callable[[], datetime] | None = None,
         choice: TemplateChoice | None = None,
+        add_bos: bool = True,
+        add_eos: bool = False,
     ) -> None:
         self.bos_token: Final = bos_token or ""
         self.eos_token: Final = eos_token or ""
+        #: Whether the tokenizer adds BOS / EOS itself (then render strips their texts).
+        self.add_bos: Final = add_bos
+        self.add_eos: Final = add_eos
         self._now: Callable[[], datetime] = now or datetime.now
         if choice is None:
             if template and template.strip():
@@ -115,6 +128,11 @@ class ChatTemplate:
         self.builtin_name: Final[str | None] = choice.name if builtin else None
         #: The Jinja source in use.
         self.source: Final[str] = template
+        # Past reasoning goes to templates that read it as ``thinking`` under that name too,
+        # as llama-server's gpt-oss and LFM2/LFM2.5 handlers copy it.
+        handler = llama_server_handler(template)
+        self._reasoning_as_thinking: Final = handler is not None and handler[0] in _THINKING_FIELD
+        self._thinking_blocks: Final = handler is not None and handler[0] == "Ministral 3"
         try:
             parsed = ENVIRONMENT.parse(template)
             self._compiled = ENVIRONMENT.from_string(
@@ -180,12 +198,15 @@ class ChatTemplate:
         now: Callable[[], datetime] | None = None,
         has_token: HasToken | None = None,
         user_choice: str | None = None,
+        add_bos: bool = True,
+        add_eos: bool = False,
     ) -> ChatTemplate:
         """The template to use (see :mod:`.choice` for the order); never raises.
 
         ``has_token`` says whether a text is one special token of the model's vocabulary
         (without it, only the BOS/EOS texts are known); ``user_choice`` is a bundled
-        template's name or a Jinja file (empty: automatic). A choice that cannot be used
+        template's name or a Jinja file (empty: automatic); ``add_bos``/``add_eos``: what
+        the tokenizer adds (see the class). A choice that cannot be used
         is logged and the next one in the order is taken, its reason saying so.
         """
         known = {bos_token, eos_token} - {""}
@@ -200,6 +221,8 @@ class ChatTemplate:
                 architecture=architecture,
                 now=now,
                 choice=choice,
+                add_bos=add_bos,
+                add_eos=add_eos,
             )
 
         refused = ""
@@ -268,7 +291,9 @@ class ChatTemplate:
         variables = self._reasoning_variables(ReasoningOptions(enable_thinking=True))
         try:
             text = self._render_raw(
-                prepare_messages(turn, "<|channel|>" in self.source), False, variables
+                prepare_messages(turn, self._reasoning_as_thinking, self._thinking_blocks),
+                False,
+                variables,
             )
         except Exception as error:
             log.debug("Chat template refuses past reasoning: %s", describe(error))
@@ -413,8 +438,10 @@ class ChatTemplate:
         ``reasoning`` chooses thinking on/off and the effort (default: thinking on, the
         template's effort). ``extra`` becomes template variables (``tools``,
         ``date_string`` ...) and wins over those that ``reasoning`` sets.
-        With ``strip_bos`` (the default) one leading BOS token text is removed, because the
-        engine tokenizes with ``add_special=True`` and llama.cpp adds BOS itself.
+        With ``strip_bos`` (the default) one leading BOS token text is removed where the
+        tokenizer adds BOS (``add_bos``), because the engine tokenizes with
+        ``add_special=True`` and llama.cpp adds BOS itself; a trailing EOS text likewise
+        where it adds EOS. That is llama.cpp's ``common_chat_template_direct_apply``.
 
         Raises :class:`ChatTemplateError` when the template refuses the conversation even
         after the system prompt has been merged into the first user message and repeated
@@ -423,7 +450,7 @@ class ChatTemplate:
         if tool_specs or any(m.get("tool_calls") or m.get("role") == "tool" for m in messages):
             messages, tool_extra = adapt_tool_messages(messages, tool_specs, self.tool_caps)
             extra = {**tool_extra, **extra}
-        given = prepare_messages(messages, "<|channel|>" in self.source)
+        given = prepare_messages(messages, self._reasoning_as_thinking, self._thinking_blocks)
         extra = {**self._reasoning_variables(reasoning or DEFAULT_REASONING), **extra}
         has_system = any(message.get("role") == "system" for message in given)
         first = merge_system(given) if has_system and not self.supports_system_role else given
@@ -444,8 +471,8 @@ class ChatTemplate:
             except Exception as caught:  # a template is foreign code: anything may come out
                 error = caught
                 continue
-            if strip_bos and self.bos_token and text.startswith(self.bos_token):
-                text = text[len(self.bos_token) :]
+            if strip_bos:
+                text = self._strip_added_tokens(text)
             return text
         assert error is not None
         raise ChatTemplateError(
@@ -458,6 +485,14 @@ class ChatTemplate:
             if isinstance(error, ChatTemplateError)
             else None,
         ) from error
+
+    def _strip_added_tokens(self, text: str) -> str:
+        """``text`` without the BOS/EOS texts the tokenizer will add itself (only those)."""
+        if self.add_bos and self.bos_token and text.startswith(self.bos_token):
+            text = text[len(self.bos_token) :]
+        if self.add_eos and self.eos_token and text.endswith(self.eos_token):
+            text = text[: -len(self.eos_token)]
+        return text
 
     @functools.cached_property
     def tool_caps(self) -> ToolCaps:

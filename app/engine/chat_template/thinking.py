@@ -174,6 +174,15 @@ _GRANITE_33: Final = (
 )
 
 
+#: The variables llama.cpp's default ``preserve_reasoning=true`` sets.
+PRESERVE_REASONING: Final[tuple[tuple[str, bool], ...]] = (
+    ("preserve_thinking", True),
+    ("clear_thinking", False),
+    ("truncate_history_thinking", False),
+    ("drop_thinking", False),
+)
+
+
 def reasoning_variables(
     names: Collection[str], source: str, options: ReasoningOptions, rule_on: bool
 ) -> dict[str, Any]:
@@ -186,6 +195,13 @@ def reasoning_variables(
     effort = options.effort
     # llama.cpp always passes enable_thinking.
     variables: dict[str, Any] = {"enable_thinking": thinking}
+    # llama-server and llama-cli pass preserve_reasoning=true unless told otherwise
+    # (common/arg.cpp), which sets these four (jinja caps_apply_preserve_reasoning): an
+    # earlier turn keeps its reasoning block (DeepSeek V4 renders it <think></think>...,
+    # not </think>...; GLM-4.7, Nemotron 3, LFM2.5, Laguna keep past reasoning).
+    for name, value in PRESERVE_REASONING:
+        if name in names:
+            variables[name] = value
     if explicit:
         if "thinking" in names:  # DeepSeek V3.x/V4, Granite 3.3, Kimi K3
             variables["thinking"] = thinking

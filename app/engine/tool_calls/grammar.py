@@ -23,6 +23,7 @@ from app.engine.grammar_bounds import GrammarBoundsError, GrammarSyntaxError, ch
 from app.engine.json_grammar import SchemaGrammarError, schema_grammar
 from app.engine.reasoning import ReasoningFormat, format_markers
 from app.engine.tool_calls.formats import SYNTAXES, ToolCallFormat
+from app.engine.tool_calls.schema_refs import LocalSchema, SchemaRefError, local_schema
 from app.engine.tool_calls.specs import ToolSpec
 from app.engine.tool_calls.syntax import (
     CallId,
@@ -120,10 +121,13 @@ def _params(schema: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], set[str]]
     return items, set(required) if isinstance(required, list) else set()
 
 
-def _tag_params(piece: TagParams, tool: ToolSpec, prefix: str, rules: list[str]) -> str:
-    items, required = _params(tool.parameters)
+def _tag_params(
+    piece: TagParams, tool: ToolSpec, local: LocalSchema, prefix: str, rules: list[str]
+) -> str:
+    items, required = _params(local.deref(local.parameters))
     parts = []
-    for k, (key, prop) in enumerate(items):
+    for k, (key, given) in enumerate(items):
+        prop = local.deref(given)
         enum = prop.get("enum") if isinstance(prop, Mapping) else None
         words = (
             enum
@@ -136,7 +140,7 @@ def _tag_params(piece: TagParams, tool: ToolSpec, prefix: str, rules: list[str])
         elif string:
             value = _until(piece.value_end.strip(), f"{prefix}p{k}-text", rules)
         else:
-            value = _schema_rule(prop, f"{prefix}p{k}-", rules, tool.name)
+            value = _schema_rule(local.with_definitions(prop), f"{prefix}p{k}-", rules, tool.name)
         attrs = (
             (piece.string_attrs if string else piece.other_attrs) + piece.attrs_end
             if piece.attrs_end
@@ -164,7 +168,9 @@ _GEMMA: Final = _FlatStyle("Gemma 4", ":", '<|"|>', "true", "false")
 _SCALARS: Final = frozenset({"string", "integer", "number", "boolean"})
 
 
-def _flat_value(prop: Any, style: _FlatStyle, name: str, rules: list[str], tool: str) -> str:
+def _flat_value(
+    prop: Any, local: LocalSchema, style: _FlatStyle, name: str, rules: list[str], tool: str
+) -> str:
     kind = prop.get("type") if isinstance(prop, Mapping) else None
     enum = prop.get("enum") if isinstance(prop, Mapping) else None
     quote = _literal(style.quote)
@@ -182,17 +188,19 @@ def _flat_value(prop: Any, style: _FlatStyle, name: str, rules: list[str], tool:
         return f"{quote} {_until(style.quote, name, rules)} {quote}"
     if kind == "boolean":
         return f"({_literal(style.true)} | {_literal(style.false)})"
-    return _schema_rule(prop, name + "-", rules, tool)
+    return _schema_rule(local.with_definitions(prop), name + "-", rules, tool)
 
 
-def _flat_params(tool: ToolSpec, prefix: str, rules: list[str], style: _FlatStyle) -> str:
+def _flat_params(
+    tool: ToolSpec, local: LocalSchema, prefix: str, rules: list[str], style: _FlatStyle
+) -> str:
     """The parameters, in the schema's order, each optional one optional, separated by a
     comma (LFM2's reader does not split ``city="Rome" days=9`` into two parameters)."""
-    items, required = _params(tool.parameters)
+    items, required = _params(local.deref(local.parameters))
     sep = '"," " "?'
     parts = []
     for k, (key, prop) in enumerate(items):
-        value = _flat_value(prop, style, f"{prefix}p{k}", rules, tool.name)
+        value = _flat_value(local.deref(prop), local, style, f"{prefix}p{k}", rules, tool.name)
         part = f"{sep if k else ''} {_literal(key + style.assign)} {value}"
         parts.append(part if key in required else f"({part})?")
     return " ".join(parts) if parts else '""'
@@ -200,6 +208,12 @@ def _flat_params(tool: ToolSpec, prefix: str, rules: list[str], style: _FlatStyl
 
 def _call_rule(syntax: CallSyntax, tool: ToolSpec, k: int, rules: list[str]) -> str:
     prefix = f"t{k}-"
+    try:
+        local = local_schema(tool.parameters)
+    except SchemaRefError as exc:
+        raise ToolGrammarError(
+            f"The parameters of the tool '{tool.name}' cannot be enforced: {exc}"
+        ) from None
     out = []
     for at, piece in enumerate(syntax.call):
         if isinstance(piece, Lit):
@@ -212,15 +226,17 @@ def _call_rule(syntax: CallSyntax, tool: ToolSpec, k: int, rules: list[str]) -> 
             n = piece.length
             out.append(f"[A-Za-z0-9]{{{n}}}" if n else f"[A-Za-z0-9_-]{{1,{_ID_LENGTH_ANY}}}")
         elif isinstance(piece, JsonArgs):
-            out.append(_schema_rule(tool.parameters, prefix, rules, tool.name))
+            out.append(
+                _schema_rule(local.with_definitions(local.parameters), prefix, rules, tool.name)
+            )
         elif isinstance(piece, JsonCall):
             if piece.name_is_key:
-                props: dict[str, Any] = {tool.name: tool.parameters}
+                props: dict[str, Any] = {tool.name: local.parameters}
                 req = [tool.name]
             else:
                 props = {
                     piece.name_keys[0]: {"const": tool.name},
-                    piece.args_keys[0]: tool.parameters,
+                    piece.args_keys[0]: local.parameters,
                 }
                 req = [piece.name_keys[0], piece.args_keys[0]]
             whole = {
@@ -229,13 +245,15 @@ def _call_rule(syntax: CallSyntax, tool: ToolSpec, k: int, rules: list[str]) -> 
                 "required": req,
                 "additionalProperties": False,
             }
-            out.append(_schema_rule(whole, prefix, rules, tool.name))
+            out.append(_schema_rule(local.with_definitions(whole), prefix, rules, tool.name))
         elif isinstance(piece, TagParams):
-            out.append(_tag_params(piece, tool, prefix, rules))
+            out.append(_tag_params(piece, tool, local, prefix, rules))
         elif isinstance(piece, PyCall):
-            out.append(f'{_literal(tool.name)} "(" {_flat_params(tool, prefix, rules, _PY)} ")"')
+            out.append(
+                f'{_literal(tool.name)} "(" {_flat_params(tool, local, prefix, rules, _PY)} ")"'
+            )
         else:
-            out.append(f'"{{" {_flat_params(tool, prefix, rules, _GEMMA)} "}}"')
+            out.append(f'"{{" {_flat_params(tool, local, prefix, rules, _GEMMA)} "}}"')
     rules.append(f"call-{k} ::= {' '.join(out)}")
     return f"call-{k}"
 

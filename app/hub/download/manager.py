@@ -21,6 +21,7 @@ from typing import BinaryIO, TypeVar, cast
 
 import httpx2
 
+from app.fsutil import make_private_dir
 from app.hub import config
 from app.hub.background import HubWorker
 from app.hub.client import FileMetadata, HubClient, RemoteFile
@@ -279,7 +280,7 @@ class DownloadManager:
         for remote in request.files:
             dest = inside(dest_dir, remote.path)
             part = self._part_path(request, remote)
-            part.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dir(part.parent)
             meta: FileMetadata = self._with_retries_on_hub_thread(
                 job_id, job, functools.partial(self._head_on_hub_thread, request, remote), remote
             )

@@ -22,6 +22,12 @@ from app.storage.errors import NotFoundError
 from app.storage.models import Conversation, Message, Role, Status
 
 
+def _missing(message_id: int) -> NotFoundError:
+    return NotFoundError(
+        f"Message {message_id} does not exist (it may have been deleted); reload the conversation."
+    )
+
+
 class MessagesMixin(ConversationRecordsMixin):
     """Messages and their tree (the streaming reply's steps: :class:`RepliesMixin`)."""
 
@@ -47,10 +53,7 @@ class MessagesMixin(ConversationRecordsMixin):
             f"SELECT {self._message_columns} FROM messages WHERE id = ?", (message_id,)
         )
         if row is None:
-            raise NotFoundError(
-                f"Message {message_id} does not exist (it may have been deleted); reload the "
-                "conversation."
-            )
+            raise _missing(message_id)
         return message_from_row(row)
 
     def _check_parent(
@@ -189,26 +192,40 @@ class MessagesMixin(ConversationRecordsMixin):
         )
         return [message_from_row(row) for row in rows]
 
+    # The message's siblings (itself included) in one statement: another thread's writer
+    # (the session's recorder drops a failed reply) can delete the message between two
+    # reads, and a second read would then list siblings that no longer include it.
+    _SIBLINGS_OF = """WITH target AS (SELECT conversation_id, parent_id FROM messages WHERE id = ?)
+        SELECT {columns} FROM messages
+        WHERE conversation_id = (SELECT conversation_id FROM target)
+          AND parent_id IS (SELECT parent_id FROM target)
+          AND EXISTS (SELECT 1 FROM target)
+        ORDER BY id"""
+
     def siblings(self, message_id: int) -> list[Message]:
         """The message and its alternatives (same parent), oldest first."""
-        message = self.get_message(message_id)
-        if message.parent_id is None:
-            rows = self._all(
-                f"SELECT {self._message_columns} FROM messages WHERE conversation_id = ?"
-                " AND parent_id IS NULL ORDER BY id",
-                (message.conversation_id,),
-            )
-        else:
-            rows = self._all(
-                f"SELECT {self._message_columns} FROM messages WHERE parent_id = ? ORDER BY id",
-                (message.parent_id,),
-            )
+        rows = self._all(self._SIBLINGS_OF.format(columns=self._message_columns), (message_id,))
+        if not rows:  # the message itself is one of them unless it is gone
+            raise _missing(message_id)
         return [message_from_row(row) for row in rows]
 
     def sibling_position(self, message_id: int) -> tuple[int, int]:
-        """(1-based index, count) among its siblings, for a "< 2/3 >" control."""
-        ids = [m.id for m in self.siblings(message_id)]
-        return ids.index(message_id) + 1, len(ids)
+        """(1-based index, count) among its siblings, for a "< 2/3 >" control.
+
+        One statement, so one snapshot of the table: see ``_SIBLINGS_OF``."""
+        row = self._maybe_one(
+            """SELECT (SELECT count(*) FROM messages s
+                       WHERE s.conversation_id = m.conversation_id
+                         AND s.parent_id IS m.parent_id AND s.id <= m.id),
+                      (SELECT count(*) FROM messages s
+                       WHERE s.conversation_id = m.conversation_id
+                         AND s.parent_id IS m.parent_id)
+               FROM messages m WHERE m.id = ?""",
+            (message_id,),
+        )
+        if row is None:
+            raise _missing(message_id)
+        return int(row[0]), int(row[1])
 
     def leaf_of(self, message_id: int) -> int:
         """The end of the newest branch below the message (itself if it has no replies);

@@ -1,0 +1,109 @@
+"""``run`` and ``serve`` say so when llama.cpp crashes them (issue 27, item 1c).
+
+A SIGSEGV inside llama.cpp ends the process without a word (the shell shows exit code 139
+at best). So on Linux these commands fork before they load anything: the child does the
+work and keeps its crash record (:mod:`app.crash_record`, the model and the phase); the
+parent only waits. When the child dies of a signal, the parent prints one sentence naming
+the model and what was running (loading or decoding) and exits with the shell's code for
+that signal (128 + the signal's number: 139 for SIGSEGV).
+
+The parent passes on the signals sent to it (``kill``, a service manager's SIGTERM);
+those a terminal sends (Ctrl+C) reach the child too, so they are not sent twice. The
+child dies with the parent (``PR_SET_PDEATHSIG``): a ``kill -9`` of the parent ends both,
+as it ended the one process before. Elsewhere (no ``fork``, or
+``LLAMADESK_NO_CRASH_SUPERVISOR=1``) the command runs in one process as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+
+from app import crash_record
+
+DISABLE_ENV = "LLAMADESK_NO_CRASH_SUPERVISOR"
+_CHILD_ENV = "LLAMADESK_CRASH_SUPERVISED"  # set in the child: it does not fork again
+_PR_SET_PDEATHSIG = 1
+_SI_KERNEL = 0x80  # siginfo's si_code of a signal the kernel sent (a terminal's Ctrl+C)
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_WAITED = {*_FORWARDED, signal.SIGCHLD}
+CRASH_SIGNALS = frozenset(
+    {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL}
+)
+
+
+def supervise(command: str) -> int | None:
+    """Fork: in the child, None (go on with the command); in the parent, the child's exit
+    code once it ended (after the sentence, when it crashed). None also where no fork."""
+    if (
+        not sys.platform.startswith("linux")
+        or not hasattr(os, "fork")
+        or os.environ.get(DISABLE_ENV) == "1"
+        or os.environ.get(_CHILD_ENV) == "1"
+    ):
+        return None
+    parent = os.getpid()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAITED)
+    pid = os.fork()
+    if pid == 0:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        os.environ[_CHILD_ENV] = "1"  # e.g. `run --rpc`'s watched child must not fork again
+        _die_with(parent)
+        crash_record.install(f"cli-{os.getpid()}")
+        return None
+    try:
+        code = _wait(pid)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    return _ended(command, pid, code)
+
+
+def _die_with(parent: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
+
+
+def _wait(pid: int) -> int:
+    """The child's exit code as ``subprocess`` gives it (negative: its signal)."""
+    while True:
+        info = signal.sigwaitinfo(_WAITED)
+        if info.si_signo != signal.SIGCHLD:
+            if info.si_code != _SI_KERNEL:  # sent to the parent alone: pass it on
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, info.si_signo)
+            continue
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return os.waitstatus_to_exitcode(status)
+
+
+def _ended(command: str, pid: int, code: int) -> int:
+    record = crash_record.take(f"cli-{pid}")
+    if code >= 0:
+        return code
+    signum = -code
+    if signum not in CRASH_SIGNALS:
+        return 128 + signum
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    if record is not None:
+        what = f"while {record.doing}"
+    else:
+        what = "before it loaded a model"
+    sys.stdout.flush()
+    print(
+        f"\nllamadesk: llama.cpp crashed ({name}) {what}; `llamadesk {command}` stopped.",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 128 + signum

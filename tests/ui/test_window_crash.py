@@ -1,0 +1,97 @@
+"""The window's next start after a crash in llama.cpp (issue 27, item 1c): it says which
+model crashed while doing what, does not load that model by itself, and offers to load it
+with safe settings (no extra CPU buffer types)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from app import crash_record
+from app.ui.window_crash import SAFE_ACTION, crash_message
+
+
+def _crashed_session(model: Path, phase: str = "decoding") -> crash_record.CrashRecord:
+    """What a window that died of SIGSEGV leaves: its record and a non-empty fault file
+    (faulthandler's), under the pid of a process that is gone."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    folder = crash_record.folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"model": str(model), "phase": phase, "pid": proc.pid}
+    crash_record.record_path(crash_record.WINDOW).write_text(json.dumps(record))
+    (folder / f"window-{proc.pid}.fault").write_text("Fatal Python error: Segmentation fault\n")
+    return crash_record.CrashRecord(str(model), crash_record.Phase(phase), proc.pid)
+
+
+def test_the_next_start_says_so_and_offers_safe_settings(
+    qtbot: Any, make_window: Any, tiny_model: Path
+) -> None:
+    record = _crashed_session(tiny_model)
+    window, _ = make_window(model=tiny_model, wait_model=False)
+    bar = window.message_bar
+    assert bar.text() == crash_message(record)
+    assert bar.text().startswith(
+        f"The last session ended in a crash while decoding with the model {tiny_model.name}."
+    )
+    assert bar.action_button.isVisible() and bar.action_button.text() == SAFE_ACTION
+    # Not loaded by itself.
+    qtbot.wait(300)
+    assert window.models_ui.loading_path is None and not window.model_ready()
+
+    bar.action_button.click()
+    qtbot.waitUntil(window.model_ready, timeout=15000)
+    assert window.model_path() == str(tiny_model)
+    extra = window.session.call(lambda engine: engine.model.settings.use_extra_bufts)
+    assert extra.result(10) is False
+
+
+def test_a_crash_while_loading_another_model_still_loads_the_last_one(
+    qtbot: Any, make_window: Any, tiny_model: Path, tiny_model_twin: Path
+) -> None:
+    record = _crashed_session(tiny_model_twin, phase="loading")
+    window, _ = make_window(model=tiny_model, wait_model=True)
+    assert window.model_path() == str(tiny_model)
+    assert window.message_bar.text() == crash_message(record)
+    assert "while loading the model twin.gguf" in window.message_bar.text()
+    extra = window.session.call(lambda engine: engine.model.settings.use_extra_bufts)
+    assert extra.result(10) is True
+
+
+def test_no_crash_no_word(qtbot: Any, make_window: Any, tiny_model: Path) -> None:
+    window, _ = make_window(model=tiny_model)
+    assert "crash" not in window.message_bar.text()
+
+
+def test_a_window_that_crashes_decoding_leaves_what_the_next_start_reads(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """The whole way: a real window process (offscreen) whose first decode dies of SIGSEGV
+    leaves its record and faulthandler's file; the next start finds the crash."""
+    import os
+
+    from app.engine.context import FAULT_DECODE_ENV
+    from tests.ui.conftest import write_settings
+
+    write_settings(tiny_model)
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root), QT_QPA_PLATFORM="offscreen")
+    env[FAULT_DECODE_ENV] = "1"
+    done = subprocess.run(
+        [sys.executable, "-m", "app"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == -11, (done.returncode, done.stderr[-2000:])
+    found = crash_record.last_window_crash()
+    assert found == crash_record.CrashRecord(
+        str(tiny_model), crash_record.Phase.DECODING, found.pid if found else 0
+    )
+    fault = crash_record.folder() / f"window-{found.pid}.fault"
+    assert "Segmentation fault" in fault.read_text()
