@@ -10,7 +10,21 @@ import pytest
 
 from app import paths
 from app.storage import Database
+from tests.devices.conftest import cli_env as base_cli_env
 from tests.ui.conftest import Recorder, close_window, write_settings
+
+
+@pytest.fixture(scope="session")
+def cli_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One data folder for the ``llamadesk`` commands these tests run: the first load of
+    SmolLM2 checks it in a child process and keeps the verdict (about 4 s), later loads
+    find it there, as on a user's machine."""
+    return tmp_path_factory.mktemp("cli-home")
+
+
+def cli_env(home: Path) -> dict[str, str]:
+    """The environment of a ``python -m app`` child: this checkout first, ``home``."""
+    return {**base_cli_env(), "LLAMADESK_HOME": str(home)}
 
 
 @pytest.fixture

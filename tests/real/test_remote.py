@@ -27,9 +27,9 @@ QUESTION = "What is the capital of France?"
 
 @pytest.fixture(scope="module")
 def llama_server(smollm2: Path) -> Iterator[str]:
-    # --no-repack: on the AMX Xeons this project runs on, llama-server dies while loading
-    # SmolLM2 without it (SIGILL, exit 132, in its extra buffer types; issue 27 item 1).
-    proc, url = start_llama_server(smollm2, "--no-repack")
+    # start_llama_server adds the app's CPU quirk flags: on the AMX Xeons this project runs
+    # on, llama-server dies while loading SmolLM2 without --no-repack (SIGILL, exit 132).
+    proc, url = start_llama_server(smollm2)
     yield url
     proc.terminate()
     proc.wait(30)

@@ -20,11 +20,18 @@ from typing import Any
 import pytest
 
 from app.engine.rpc_probe import RpcProbeError, probe
-from tests.devices.conftest import ROOT, Worker, cli_env, free_port, running_worker
+from tests.devices.conftest import (
+    ROOT,
+    Worker,
+    free_port,
+    rpc_backend_missing,
+    running_worker,
+)
+from tests.real.conftest import cli_env
 from tests.support.peers import RPC_SERVER
 
 pytestmark = pytest.mark.timeout(300)
-PROMPT = "What is the capital of France?"
+PROMPT = "What is the capital of France? Answer in one word."
 FLAGS = ("--temp", "0", "-n", "16", "-c", "1024", "-t", "1")
 
 
@@ -55,6 +62,9 @@ def start_rpc_server() -> Worker:
 
 @pytest.fixture(scope="module", params=["rpc-worker", "ggml-rpc-server"])
 def worker(request: pytest.FixtureRequest) -> Iterator[Worker]:
+    reason = rpc_backend_missing()  # run --rpc needs it, whichever worker serves
+    if reason:
+        pytest.skip(reason)
     if request.param == "rpc-worker":
         yield from running_worker()
         return
@@ -63,13 +73,13 @@ def worker(request: pytest.FixtureRequest) -> Iterator[Worker]:
     peer.stop()
 
 
-def _run(model: Path, *extra: str) -> dict[str, Any]:
+def _run(model: Path, home: Path, *extra: str) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, "-m", "app", "run", str(model), PROMPT, "--json", *FLAGS, *extra],
         capture_output=True,
         text=True,
         timeout=240,
-        env=cli_env(),
+        env=cli_env(home),
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
@@ -78,15 +88,15 @@ def _run(model: Path, *extra: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def cpu(smollm2: Path) -> dict[str, Any]:
-    return _run(smollm2, "--gpu-layers", "none")
+def cpu(smollm2: Path, cli_home: Path) -> dict[str, Any]:
+    return _run(smollm2, cli_home, "--gpu-layers", "none")
 
 
 @pytest.mark.parametrize("layers", ["10", "all"])
 def test_smollm2_on_an_rpc_device_gives_the_cpu_only_tokens(
-    smollm2: Path, worker: Worker, cpu: dict[str, Any], layers: str
+    smollm2: Path, cli_home: Path, worker: Worker, cpu: dict[str, Any], layers: str
 ) -> None:
-    remote = _run(smollm2, "--rpc", worker.endpoint, "--gpu-layers", layers)
+    remote = _run(smollm2, cli_home, "--rpc", worker.endpoint, "--gpu-layers", layers)
     [ours], [theirs] = cpu["results"], remote["results"]
     assert theirs["tokens"] == ours["tokens"] and theirs["text"] == ours["text"]
     assert "Paris" in ours["text"]

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from app.engine import Engine
-from tests.devices.conftest import ROOT, cli_env
+from tests.devices.conftest import ROOT
+from tests.real.conftest import cli_env
 from tests.real.logit_check import assert_greedy_within, solo_engine
 
 pytestmark = pytest.mark.timeout(300)
@@ -31,14 +32,14 @@ def reference(smollm2: Path) -> Iterator[Engine]:
         yield engine
 
 
-def _run(model: Path, *extra: str) -> dict[str, Any]:
+def _run(model: Path, home: Path, *extra: str) -> dict[str, Any]:
     flags = ("--json", "--temp", "0", "-n", "16", "-c", "2048", "-t", "1")
     done = subprocess.run(
         [sys.executable, "-m", "app", "run", str(model), QUESTION, *flags, *extra],
         capture_output=True,
         text=True,
         timeout=240,
-        env=cli_env(),
+        env=cli_env(home),
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
@@ -47,8 +48,10 @@ def _run(model: Path, *extra: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("parallel", [1, 3])
-def test_run_gives_greedy_replies(smollm2: Path, reference: Engine, parallel: int) -> None:
-    results = _run(smollm2, "--parallel", str(parallel))["results"]
+def test_run_gives_greedy_replies(
+    smollm2: Path, cli_home: Path, reference: Engine, parallel: int
+) -> None:
+    results = _run(smollm2, cli_home, "--parallel", str(parallel))["results"]
     assert len(results) == parallel
     messages = [{"role": "user", "content": QUESTION}]
     for result in results:

@@ -26,7 +26,7 @@ from tests.support.serve_process import ServeProcess
 pytestmark = pytest.mark.timeout(300)
 
 QUESTIONS = (
-    "What is the capital of France?",
+    "What is the capital of France? Answer in one word.",
     "Name three colors.",
     "What is 2 + 2?",
     "Say hello in Spanish.",
@@ -94,15 +94,16 @@ def test_four_clients_at_once_get_greedy_replies(server: ServerRunner, reference
         assert_greedy_within(
             reference, [{"role": "user", "content": question}], text, ended=finish == "stop"
         )
-    # trained weights answer the question (a random model would not)
+    # trained weights answer the question (a random model would not; "Answer in one word"
+    # keeps this answer with and without the leading "<|im_start|>" of issue 27 item 3)
     assert "Paris" in replies[0][0]
 
 
 def test_the_serve_command_answers_two_clients_at_once(
-    smollm2: Path, reference: Engine, tmp_path: Path
+    smollm2: Path, reference: Engine, cli_home: Path
 ) -> None:
     args = [str(smollm2), "--ctx-size", "2048", "--threads", "1", "--parallel", "2"]
-    proc = ServeProcess(args, tmp_path / "serve-home")
+    proc = ServeProcess(args, cli_home)
     try:
         with ThreadPoolExecutor(2) as pool:
             futures = [pool.submit(_ask, proc.url, q, i == 0) for i, q in enumerate(QUESTIONS[:2])]

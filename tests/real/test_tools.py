@@ -10,7 +10,6 @@ the result's round trip), not the model's free text.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,10 +22,10 @@ import pytest
 
 from app.server import ServerConfig, ServerRunner
 from tests.mcp.servers import SERVER_SCRIPT
+from tests.real.conftest import cli_env
 from tests.server.conftest import start_server
 
 pytestmark = pytest.mark.timeout(300)
-ROOT = Path(__file__).resolve().parents[2]
 
 PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -118,11 +117,12 @@ def test_a_forced_call_streamed_through_serve(client: openai.OpenAI) -> None:
     jsonschema.validate(json.loads(call.function.arguments), PARAMETERS)
 
 
-def test_a_forced_call_and_an_mcp_round_trip_through_run(smollm2: Path, tmp_path: Path) -> None:
+def test_a_forced_call_and_an_mcp_round_trip_through_run(
+    smollm2: Path, cli_home: Path, tmp_path: Path
+) -> None:
     config = tmp_path / "mcp.json"
     servers = {"test": {"command": sys.executable, "args": [str(SERVER_SCRIPT), "stdio"]}}
     config.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "LLAMADESK_HOME": str(tmp_path / "home")}
     done = subprocess.run(
         [
             sys.executable,
@@ -152,7 +152,7 @@ def test_a_forced_call_and_an_mcp_round_trip_through_run(smollm2: Path, tmp_path
         capture_output=True,
         text=True,
         timeout=240,
-        env=env,
+        env=cli_env(cli_home),
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr

@@ -1,6 +1,7 @@
 """The window (offscreen Qt, the real MainWindow as tests/ui builds it) on SmolLM2: two tabs
 streaming at once, then regenerate, edit a message, fork, close a tab and open it again,
-each checked in the stored conversation (SQLite) and in what the view shows.
+each checked in the stored conversation (SQLite) and in what the view shows; then the
+window closes and a new one opens the same tabs.
 
 Replies are greedy. The two tabs' first replies ran in one batch, so they are checked by
 logits within a tolerance against a one-sequence run (tests/real/logit_check.py).
@@ -8,11 +9,13 @@ logits within a tolerance against a one-sequence run (tests/real/logit_check.py)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt  # noqa: TID251 (the window test of tests/real)
+from PySide6.QtGui import QTextDocument  # noqa: TID251
 
 from tests.real.logit_check import assert_greedy_within, solo_engine
 from tests.ui.conftest import Recorder, send, set_sampling, wait_idle
@@ -26,9 +29,26 @@ FIRST = "Write a short story about a cat who learns to fly."
 SECOND = "Explain how a bicycle works, step by step."
 
 
+def plain(html: str) -> str:
+    """What a message label's rich text reads as."""
+    doc = QTextDocument()
+    doc.setHtml(html)
+    return doc.toPlainText()
+
+
+def words(text: str) -> list[str]:
+    """The words of a message's Markdown source (list markers are drawn, not text)."""
+    return re.findall(r"\w+", re.sub(r"(?m)^\s*(\d+\.|[-*+])\s+", "", text))
+
+
 def shown(tab: Any) -> list[tuple[str, str]]:
-    """What the tab's view shows: (role, text) of each message widget."""
-    return [(w.data.role, w.data.content) for w in tab.view.messages()]
+    """What the tab's view shows: (role, text) of each message widget, after checking
+    that its labels, as drawn, read the same words as that text."""
+    messages = tab.view.messages()
+    for w in messages:
+        drawn = " ".join(plain(label.text()) for label in w.labels())
+        assert words(drawn) == words(w.data.content), (drawn, w.data.content)
+    return [(w.data.role, w.data.content) for w in messages]
 
 
 def stored(window: Any, tab: Any) -> list[tuple[str, str]]:
@@ -132,3 +152,13 @@ def test_two_tabs_then_regenerate_edit_fork_close_and_reopen(
         ("assistant", again.text),
     ]
     assert shown(reopened) == stored(window, reopened)
+
+    # close the window; the next start reopens the same tabs, showing what SQLite holds
+    tabs_before = [t.cid for t in window.tabs()]
+    window.close()
+    qtbot.waitUntil(window.is_shut_down, timeout=10000)
+    window2, _ = make_window(write=False)
+    assert [t.cid for t in window2.tabs()] == tabs_before
+    for tab in window2.tabs():
+        window2.tab_widget.setCurrentWidget(tab)
+        assert stored(window2, tab) and shown(tab) == stored(window2, tab)
