@@ -208,8 +208,8 @@ def test_failure_during_insert_rolls_back_everything(
     data = _valid(5)
     data["conversations"] *= 3
     import app.storage.export as export_module
+    from app.storage.conversations.rows import insert_message_row as real
 
-    real = export_module.insert_message_row
     calls = {"n": 0}
 
     def failing(*args: Any) -> int:

@@ -94,7 +94,8 @@ def test_a_kept_template_is_used_at_the_next_start_and_a_file_can_be_chosen(
     assert window.model.chat_template.source is TemplateSource.USER_CHOICE
     window.settings_ui.choose_chat_template(str(template))
     qtbot.waitUntil(lambda: window.model.chat_template.name == "mine", timeout=5000)
-    assert window.model.chat_template.source is TemplateSource.USER_FILE
+    chosen = window.model.chat_template  # read again: mypy keeps the narrowing from above
+    assert chosen.source is TemplateSource.USER_FILE
     assert window.app_settings.model_chat_templates[str(base_model)] == str(template)
 
 
