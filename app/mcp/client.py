@@ -19,7 +19,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, TextIO, cast
 
 import anyio
@@ -39,11 +39,15 @@ __all__ = [
     "McpTool",
     "ServerStatus",
     "ToolResult",
+    "bounded_result",
     "child_environment",
 ]
 
 DEFAULT_CALL_TIMEOUT: Final = 30.0
 DEFAULT_START_TIMEOUT: Final = 20.0
+# What the model reads of one result at most (about 4,000 tokens): more fills a small
+# context with one answer, and a huge one (megabytes) took the run down with it.
+DEFAULT_MAX_RESULT_CHARS: Final = 16_000
 MINIMAL_PATH: Final = (
     os.pathsep.join(("/usr/local/bin", "/usr/bin", "/bin")) if os.name != "nt" else ""
 )
@@ -73,6 +77,19 @@ class ToolResult:
     @property
     def ok(self) -> bool:
         return self.outcome is CallOutcome.OK
+
+
+def bounded_result(result: ToolResult, max_chars: int) -> ToolResult:
+    """``result`` with its text cut to ``max_chars`` characters and a note that tells the
+    model (and the user) it was cut, and by how much."""
+    text = result.text
+    if len(text) <= max_chars:
+        return result
+    note = (
+        f"\n[The tool's result was cut here: {max_chars:,} of its {len(text):,} characters "
+        "are shown.]"
+    )
+    return replace(result, text=text[:max_chars] + note)
 
 
 @dataclass(frozen=True, slots=True)
