@@ -73,10 +73,11 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--max-tool-result",
         type=int,
-        default=DEFAULT_MAX_RESULT_CHARS,
+        default=None,
         metavar="CHARS",
         help="the model reads at most this many characters of a tool's result, then a note "
-        f"that it was cut (default {DEFAULT_MAX_RESULT_CHARS:,})",
+        f"that it was cut (default: half the context's tokens, at most "
+        f"{DEFAULT_MAX_RESULT_CHARS:,})",
     )
 
 
@@ -90,7 +91,7 @@ def check_without_mcp(args: argparse.Namespace) -> None:
             ("--allow", bool(args.allow)),
             ("--tool-choice", args.tool_choice != "auto"),
             ("--max-rounds", args.max_rounds != DEFAULT_MAX_ROUNDS),
-            ("--max-tool-result", args.max_tool_result != DEFAULT_MAX_RESULT_CHARS),
+            ("--max-tool-result", args.max_tool_result is not None),
         )
         if used
     ]
@@ -195,7 +196,7 @@ def _checked_config(args: argparse.Namespace) -> Any:
     config = load_config(Path(args.mcp))
     if args.max_rounds < 1:
         raise LlamaDeskError(f"--max-rounds must be at least 1, not {args.max_rounds}.")
-    if args.max_tool_result < 100:
+    if args.max_tool_result is not None and args.max_tool_result < 100:
         raise LlamaDeskError(
             f"--max-tool-result must be at least 100 characters, not {args.max_tool_result}."
         )
@@ -281,7 +282,7 @@ async def _run(
             with tempfile.TemporaryDirectory() as folder:
                 # Nothing remembered: only --allow and this run's answers count.
                 policy = ApprovalPolicy(Path(folder) / "permissions.json")
-                host = ToolHost(manager, policy, max_result_chars=args.max_tool_result)
+                host = ToolHost(manager, policy, max_result_chars=_result_bound(args, loaded))
                 offered, warnings = usable_tools(host.openai_tools())
                 for warning in warnings:
                     sys.stderr.write(f"[tools] {warning}\n")
@@ -372,6 +373,18 @@ async def _run(
     else:
         sys.stdout.write("\n")
     return 1 if failed else 0
+
+
+def _result_bound(args: argparse.Namespace, loaded: Any) -> int:
+    """How many characters of a result the model reads: ``--max-tool-result``, else half
+    the context in characters (a token is a character or more; a result that fills the
+    context ends the turn instead of informing it), at most the default."""
+    if args.max_tool_result is not None:
+        return int(args.max_tool_result)
+    n_ctx = int(getattr(loaded.model, "n_ctx_seq", 0) or 0)
+    if n_ctx <= 0:  # an engine that does not say (remote): the default
+        return DEFAULT_MAX_RESULT_CHARS
+    return max(1000, min(DEFAULT_MAX_RESULT_CHARS, n_ctx // 2))
 
 
 def _cut_call(result: Any, request: Any) -> str:

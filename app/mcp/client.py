@@ -25,11 +25,12 @@ from typing import Any, Final, TextIO, cast
 import anyio
 import anyio.abc
 from mcp import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from app.mcp.config import HttpServer, McpConfig, ServerConfig, StdioServer
+from app.mcp.stdio_transport import bounded_stdio_client
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT",
@@ -263,7 +264,7 @@ class McpConnection:
                 TextIO, tempfile.TemporaryFile("w+", encoding="utf-8")
             )
             streams = await stack.enter_async_context(
-                stdio_client(self._stdio_params(server), self._stderr)
+                bounded_stdio_client(self._stdio_params(server), self._stderr)
             )
         else:
             assert isinstance(server, HttpServer)

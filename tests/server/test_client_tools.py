@@ -235,3 +235,23 @@ def test_a_history_that_does_not_fit_together_is_a_400(
     assert response.status_code == 400, response.text
     message = response.json()["error"]["message"]
     assert needle in message and message.endswith("."), message
+
+
+def test_a_streamed_replys_first_delta_has_null_content(client: openai.OpenAI) -> None:
+    """As the non-streamed reply with a call and llama-server have it: null, not ""."""
+    body = {
+        "messages": ASK,
+        "tools": [TRIP],
+        "tool_choice": "required",
+        "max_tokens": 300,
+        "temperature": 0,
+        "stream": True,
+    }
+    with httpx2.stream("POST", f"{client.base_url}chat/completions", json=body, timeout=90) as r:
+        lines = [line for line in r.iter_lines() if line.startswith("data: {")]
+    first = json.loads(lines[0][len("data: ") :])["choices"][0]["delta"]
+    assert first == {"role": "assistant", "content": None}
+    reply = client.chat.completions.create(
+        model="x", messages=ASK, tools=[TRIP], tool_choice="required", max_tokens=300
+    )
+    assert reply.choices[0].message.content is None
