@@ -203,28 +203,6 @@ def _checked_config(args: argparse.Namespace) -> Any:
     return config
 
 
-def usable_tools(tools: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The tools (OpenAI's shape) a request can carry, and a warning per tool left out: one
-    whose definition is malformed or whose schema cannot be turned into a grammar (also
-    for a remote server: a LlamaDesk or llama-server there would refuse the whole
-    request). One bad tool must not stop the run."""
-    from app.engine.tool_calls import ToolCallFormat, ToolSpecError, tool_specs
-    from app.engine.tool_calls.grammar import ToolGrammarError, call_grammar
-
-    kept, warnings = [], []
-    for tool in tools:
-        name = tool["function"]["name"]
-        try:
-            [spec] = tool_specs([tool])
-            # the generic JSON family: every schema-level problem shows there
-            call_grammar(ToolCallFormat.GENERIC, [spec])
-        except (ToolSpecError, ToolGrammarError) as exc:
-            warnings.append(f"The tool '{name}' is left out: {exc}")
-            continue
-        kept.append(tool)
-    return kept, warnings
-
-
 async def _run(
     args: argparse.Namespace,
     model: str,
@@ -239,6 +217,7 @@ async def _run(
 
     from app.engine.tool_calls import ToolSpecError, tool_specs
     from app.engine.tool_calls.request import ToolChoiceMode, ToolRequest
+    from app.engine.tool_calls.usable import usable_tools
     from app.mcp.approval import ApprovalPolicy
     from app.mcp.client import McpManager
     from app.mcp.host import ModelCall, ToolHost
