@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -288,3 +289,22 @@ def test_a_remote_run_sends_the_tools(tmp_path: Path, remote: ServerRunner) -> N
     # is left out here too, or the server would refuse the whole request).
     assert call["name"] in ("echo", "plan", "big") and call["outcome"] in ("ok", "denied")
     assert "[tools] The tool 'bad' is left out" in done.stderr
+
+
+def test_a_server_that_never_answers_does_not_hold_the_run(model: Path, tmp_path: Path) -> None:
+    """An HTTP server that takes the connection and never answers, listed after a stdio
+    one: the run goes on with the stdio server's tools after the start timeout (it hung)."""
+    config = _config(tmp_path, servers=("one",))
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(16)
+        entries = json.loads(config.read_text(encoding="utf-8"))
+        entries["mcpServers"]["mute"] = {"url": f"http://127.0.0.1:{mute.getsockname()[1]}/mcp"}
+        config.write_text(json.dumps(entries), encoding="utf-8")
+        done = _local(
+            model, config, tmp_path, "--tool-choice", "echo", "--allow", "one.echo", "-n", "200"
+        )
+    assert done.returncode == 0, done.stderr
+    [[call]] = json.loads(done.stdout)["rounds"]
+    assert (call["name"], call["outcome"]) == ("echo", "ok")
+    assert "[tools] The MCP server 'mute' did not answer within 20 s." in done.stderr
