@@ -25,6 +25,8 @@ from tests.tools.grammar_check import grammar_accepts
 F = ToolCallFormat
 # The two families whose call syntax has no JSON (LFM2, Gemma 4) take scalars only.
 FLAT = {F.LFM2, F.GEMMA4}
+ALL_FAMILIES: list[ToolCallFormat] = list(F)
+JSON_FAMILIES: list[ToolCallFormat] = [f for f in F if f not in FLAT]
 
 
 class Unit(enum.Enum):
@@ -81,7 +83,7 @@ def test_the_pydantic_tools_really_use_refs() -> None:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("fmt", sorted(set(F) - FLAT, key=lambda f: f.value), ids=lambda f: f.value)
+@pytest.mark.parametrize("fmt", JSON_FAMILIES, ids=lambda f: f.value)
 def test_a_pydantic_model_parameter_is_forced_in_every_json_family(
     model: llama_cpp.llama_model_p, fmt: ToolCallFormat
 ) -> None:
@@ -103,7 +105,7 @@ def test_a_pydantic_model_parameter_is_forced_in_every_json_family(
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("fmt", sorted(F, key=lambda f: f.value), ids=lambda f: f.value)
+@pytest.mark.parametrize("fmt", ALL_FAMILIES, ids=lambda f: f.value)
 def test_an_enum_class_parameter_is_forced_in_every_family(
     model: llama_cpp.llama_model_p, fmt: ToolCallFormat
 ) -> None:
