@@ -142,7 +142,8 @@ class McpConnection:
         self._start_timeout = start_timeout
         self._stack = contextlib.AsyncExitStack()
         self._group: anyio.abc.TaskGroup | None = None
-        self._closing = anyio.Event()
+        self._closing: anyio.Event | None = None  # made in serve (it needs the event loop)
+        self._close_asked = False
         self._session: ClientSession | None = None
         self._stderr: TextIO | None = None
         self._broken = ""
@@ -201,7 +202,9 @@ class McpConnection:
 
     def close(self) -> None:
         """Let :meth:`serve` disconnect (it returns once the server is closed)."""
-        self._closing.set()
+        self._close_asked = True
+        if self._closing is not None:
+            self._closing.set()
 
     async def serve(self, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         """Connect, say so through ``task_status`` (also when it failed: :attr:`status`
@@ -213,6 +216,9 @@ class McpConnection:
         this connection only, with a sentence, instead of reaching the caller (a
         traceback, or a hang with other servers still open)."""
         started = False
+        self._closing = anyio.Event()
+        if self._close_asked:
+            self._closing.set()
         try:
             async with contextlib.AsyncExitStack() as stack:
                 self._stack = stack
@@ -259,7 +265,7 @@ class McpConnection:
         server = self.server
         stack = self._stack
         if isinstance(server, StdioServer):
-            # (opened by serve, which keeps it past the transport to quote it on failure)
+            # (closed by serve after the transport, so that a failure can quote it)
             self._stderr = self._stderr or cast(
                 TextIO, tempfile.TemporaryFile("w+", encoding="utf-8")
             )
