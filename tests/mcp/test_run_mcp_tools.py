@@ -308,3 +308,19 @@ def test_a_server_that_never_answers_does_not_hold_the_run(model: Path, tmp_path
     [[call]] = json.loads(done.stdout)["rounds"]
     assert (call["name"], call["outcome"]) == ("echo", "ok")
     assert "[tools] The MCP server 'mute' did not answer within 20 s." in done.stderr
+
+
+def test_allow_names_resolve_per_server(capsys: pytest.CaptureFixture[str]) -> None:
+    from app.errors import LlamaDeskError
+    from app.mcp_run_cli import allowed_tools
+
+    tools = [("one", "echo"), ("two", "echo"), ("one", "plan"), ("fs", "read.file")]
+    assert allowed_tools("plan, two.echo,fs.read.file", tools) == {
+        ("one", "plan"),
+        ("two", "echo"),
+        ("fs", "read.file"),
+    }
+    assert allowed_tools("nope", tools) == frozenset()
+    assert "[tools] --allow nope: no connected server has that tool." in capsys.readouterr().err
+    with pytest.raises(LlamaDeskError, match="the servers 'one' and 'two' each have a tool 'echo'"):
+        allowed_tools("echo", tools)
