@@ -156,3 +156,28 @@ def test_a_ref_that_points_at_nothing_is_a_sentence() -> None:
 def test_parameters_without_refs_are_used_as_given() -> None:
     parameters = {"type": "object", "properties": {"city": {"type": "string"}}}
     assert local_schema(parameters).parameters is parameters
+
+
+def test_one_bad_tool_is_left_out_and_the_others_kept() -> None:
+    """What the window and ``run --mcp`` offer of MCP servers' tools (usable_tools)."""
+    from app.engine.tool_calls.usable import usable_tools
+
+    good = openai.pydantic_function_tool(Meeting)
+    no_grammar = {
+        "type": "function",
+        "function": {
+            "name": "bad",
+            "parameters": {
+                "type": "object",
+                "properties": {"p": {"type": "string", "pattern": "a{5000}"}},
+            },
+        },
+    }
+    malformed = {"type": "function", "function": {"name": "worse", "parameters": {"type": "array"}}}
+    kept, warnings = usable_tools([good, no_grammar, malformed])
+    assert kept == [good]
+    assert [w.split(":")[0] for w in warnings] == [
+        "The tool 'bad' is left out",
+        "The tool 'worse' is left out",
+    ]
+    assert all(w.endswith(".") and "{'" not in w for w in warnings)
