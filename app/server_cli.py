@@ -39,7 +39,8 @@ def register(sub: Any) -> None:
         default=os.environ.get("LLAMADESK_API_KEY"),
         help="require 'Authorization: Bearer KEY'; needed to listen beyond the loopback. A "
         "key on the command line is visible to every user of this computer (ps, "
-        "/proc/PID/cmdline): set LLAMADESK_API_KEY instead, which is the default",
+        "/proc/PID/cmdline): set LLAMADESK_API_KEY instead (read when --api-key is not "
+        "given)",
     )
     p.add_argument(
         "--parallel",
