@@ -90,20 +90,29 @@ def _ended(command: str, pid: int, code: int) -> int:
     if code >= 0:
         return code
     signum = -code
-    if signum not in CRASH_SIGNALS:
-        return 128 + signum
+    sentence = ended_sentence(command, signum, record)
+    if sentence is not None:
+        sys.stdout.flush()
+        print(f"\nllamadesk: {sentence}", file=sys.stderr, flush=True)
+    return 128 + signum
+
+
+def ended_sentence(
+    command: str, signum: int, record: crash_record.CrashRecord | None
+) -> str | None:
+    """What to say when the child died of ``signum`` (None: a stop asked for, no word).
+
+    llama.cpp is blamed only when a record says it was loading or decoding; SIGKILL is
+    no crash of ours but mostly the kernel's out-of-memory killer."""
+    if signum != signal.SIGKILL and signum not in CRASH_SIGNALS:
+        return None
     try:
         name = signal.Signals(signum).name
     except ValueError:
         name = f"signal {signum}"
-    if record is not None:
-        what = f"while {record.doing}"
-    else:
-        what = "before it loaded a model"
-    sys.stdout.flush()
-    print(
-        f"\nllamadesk: llama.cpp crashed ({name}) {what}; `llamadesk {command}` stopped.",
-        file=sys.stderr,
-        flush=True,
-    )
-    return 128 + signum
+    if signum == signal.SIGKILL:
+        what = f"while {record.doing}" if record is not None else "before it loaded a model"
+        return f"`llamadesk {command}` was killed (SIGKILL; perhaps out of memory) {what}."
+    if record is None:
+        return f"`llamadesk {command}` crashed ({name}) before it loaded a model."
+    return f"llama.cpp crashed ({name}) while {record.doing}; `llamadesk {command}` stopped."

@@ -1,0 +1,82 @@
+"""The crash supervisor's parent, with a real forked child that dies of a real signal:
+what it says, and that it blames llama.cpp only when the child's record says it was in
+llama.cpp (issue 27 review, item 10)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app import crash_supervisor
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the supervisor forks on Linux"
+)
+
+# The child marks a phase (or not) and then dies of the signal named by argv[2].
+_CHILD = """
+import os, signal, sys
+from app import crash_record, crash_supervisor
+code = crash_supervisor.supervise("serve")
+if code is not None:
+    sys.exit(code)
+if sys.argv[1] == "record":
+    crash_record.mark(crash_record.Phase.DECODING, "/models/x.gguf")
+os.kill(os.getpid(), getattr(signal, sys.argv[2]))
+"""
+
+
+def _supervised(tmp_path: Path, record: bool, signame: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, LLAMADESK_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT))
+    env.pop(crash_supervisor.DISABLE_ENV, None)
+    return subprocess.run(
+        [sys.executable, "-c", _CHILD, "record" if record else "none", signame],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _last_line(done: subprocess.CompletedProcess[str]) -> str:
+    lines = done.stderr.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def test_sigkill_is_named_perhaps_out_of_memory(tmp_path: Path) -> None:
+    done = _supervised(tmp_path, True, "SIGKILL")
+    assert done.returncode == 128 + signal.SIGKILL
+    assert _last_line(done) == (
+        "llamadesk: `llamadesk serve` was killed (SIGKILL; perhaps out of memory) while "
+        "decoding with the model x.gguf."
+    )
+
+
+def test_a_crash_without_a_record_does_not_blame_llama_cpp(tmp_path: Path) -> None:
+    done = _supervised(tmp_path, False, "SIGSEGV")
+    assert done.returncode == 128 + signal.SIGSEGV
+    assert _last_line(done) == (
+        "llamadesk: `llamadesk serve` crashed (SIGSEGV) before it loaded a model."
+    )
+
+
+def test_a_crash_with_a_record_names_llama_cpp_and_the_model(tmp_path: Path) -> None:
+    done = _supervised(tmp_path, True, "SIGSEGV")
+    assert done.returncode == 128 + signal.SIGSEGV
+    assert _last_line(done) == (
+        "llamadesk: llama.cpp crashed (SIGSEGV) while decoding with the model x.gguf; "
+        "`llamadesk serve` stopped."
+    )
+
+
+def test_a_stop_asked_for_says_nothing(tmp_path: Path) -> None:
+    done = _supervised(tmp_path, True, "SIGTERM")
+    assert done.returncode == 128 + signal.SIGTERM
+    assert "llamadesk" not in done.stderr
