@@ -8,7 +8,11 @@ the model and what was running (loading or decoding) and exits with the shell's 
 that signal (128 + the signal's number: 139 for SIGSEGV).
 
 The parent passes on the signals sent to it (``kill``, a service manager's SIGTERM);
-those a terminal sends (Ctrl+C) reach the child too, so they are not sent twice. The
+those a terminal sends (Ctrl+C) reach the child too, so they are not sent twice. A signal
+sent to the whole group by a program (``kill -INT -PGID``, a service manager stopping every
+process) still reaches the child twice, directly and through the parent: the child's
+shutdown ignores a repeat that comes within :data:`REPEAT_S` (:func:`repeats_ignored`), so
+the second one does not break ``serve``'s saving of its caches. The
 child dies with the parent (``PR_SET_PDEATHSIG``): a ``kill -9`` of the parent ends both,
 as it ended the one process before. Elsewhere (no ``fork``, or
 ``LLAMADESK_NO_CRASH_SUPERVISOR=1``) the command runs in one process as before.
@@ -21,6 +25,10 @@ import ctypes
 import os
 import signal
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
 
 from app import crash_record
 
@@ -30,6 +38,8 @@ _PR_SET_PDEATHSIG = 1
 _SI_KERNEL = 0x80  # siginfo's si_code of a signal the kernel sent (a terminal's Ctrl+C)
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _WAITED = {*_FORWARDED, signal.SIGCHLD}
+_STOPS = (signal.SIGINT, signal.SIGTERM)
+REPEAT_S = 1.0  # a stop signal this soon after the shutdown began is the same one again
 CRASH_SIGNALS = frozenset(
     {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL}
 )
@@ -61,6 +71,36 @@ def supervise(command: str) -> int | None:
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
     return _ended(command, pid, code)
+
+
+@contextlib.contextmanager
+def repeats_ignored(window_s: float = REPEAT_S) -> Iterator[None]:
+    """While a shutdown runs: SIGINT and SIGTERM in its first ``window_s`` are the signal
+    that started it, delivered again (see the module's text), and are dropped; later ones
+    act as before (a second Ctrl+C still stops a save that hangs)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    start = time.monotonic()
+    previous = {int(signum): signal.getsignal(signum) for signum in _STOPS}
+
+    def on_stop(signum: int, frame: FrameType | None) -> None:
+        if time.monotonic() - start < window_s:
+            return
+        before = previous[signum]
+        if callable(before):
+            before(signum, frame)
+        elif before == signal.SIG_DFL:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    for signum in _STOPS:
+        signal.signal(signum, on_stop)
+    try:
+        yield
+    finally:
+        for number, before in previous.items():
+            signal.signal(number, before if before is not None else signal.SIG_DFL)
 
 
 def _die_with(parent: int) -> None:

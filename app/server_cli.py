@@ -197,7 +197,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         print("LlamaDesk server: stopping (saving the conversations' caches)…", file=sys.stderr)
-        runner.close()
-        if private is not None:
-            private.close()
+        with crash_supervisor.repeats_ignored():  # the stop signal may come twice
+            runner.close()
+            if private is not None:
+                private.close()
     return 0

@@ -80,3 +80,40 @@ def test_a_stop_asked_for_says_nothing(tmp_path: Path) -> None:
     done = _supervised(tmp_path, True, "SIGTERM")
     assert done.returncode == 128 + signal.SIGTERM
     assert "llamadesk" not in done.stderr
+
+
+# A shutdown that a stop signal started gets the same signal again (as a group's signal
+# reaches the supervised child directly and through its parent) and must still finish.
+_SHUTDOWN = """
+import os, signal, sys, time
+from app import crash_supervisor
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+except KeyboardInterrupt:
+    pass
+finally:
+    with crash_supervisor.repeats_ignored(window_s=float(sys.argv[1])):
+        os.kill(os.getpid(), signal.SIGINT)  # the repeat
+        time.sleep(0.3)  # the caches being saved
+        print("saved", flush=True)
+"""
+
+
+def test_a_repeated_stop_signal_does_not_break_the_shutdown(tmp_path: Path) -> None:
+    def shutdown(window_s: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _SHUTDOWN, str(window_s)],
+            cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    done = shutdown(crash_supervisor.REPEAT_S)
+    assert done.returncode == 0 and done.stdout == "saved\n", done.stderr
+    # After the window a stop signal acts as before: Ctrl+C still stops a stuck save.
+    late = shutdown(0.0)
+    assert late.returncode != 0 and "saved" not in late.stdout
+    assert "KeyboardInterrupt" in late.stderr
