@@ -173,6 +173,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         if private is not None:  # /health and requests say when the worker took it away
             runner.service.model_down = private.down
+            runner.service.private_front = True
         loaded = runner.start(background=True)  # /health answers "loading" meanwhile
     except BaseException:
         if private is not None:

@@ -106,6 +106,10 @@ class ApiService:
         self.remote_loader: Any = None
         # ``serve --rpc``: why the private model process cannot answer now (None: it can)
         self.model_down: Callable[[], str | None] = lambda: None
+        # ``serve --rpc``: the remote engine is this server's own private child with the
+        # local model, not a remote model: /props is the child's (its template source and
+        # path), without the front's "remote" part (the private URL is no user's business)
+        self.private_front = False
         self._front: RemoteFront | None = None
         if attached or model is not None:
             self.attach(model)
@@ -197,6 +201,13 @@ class ApiService:
     def props(self) -> dict[str, Any]:
         model = self.served.get()
         front = self.front
+        if front is not None and self.private_front:
+            if (down := self.model_down()) is not None:
+                raise unavailable(down, "model_gone")
+            own = dict(front.get("/props"))
+            own.update(total_slots=self.config.parallel, model_alias=self.model_id)
+            own.pop("remote", None)
+            return own
         if front is not None:
             return self._front_props(model, front)
         template = self.vocab.get().template
