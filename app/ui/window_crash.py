@@ -26,16 +26,19 @@ def crash_message(record: crash_record.CrashRecord) -> str:
     )
 
 
-def hold_back(bar: MessageBar, load_safe: Callable[[str], None], path: str) -> bool:
-    """Before the start's automatic load of ``path``: whether it must not happen (the last
-    session crashed with it). The crash is said in ``bar`` whichever model it was, with
-    the action that loads it by ``load_safe``."""
-    record = crash_record.last_window_crash()
-    if record is None:
-        return False
+def announce(
+    bar: MessageBar, load_safe: Callable[[str], None], record: crash_record.CrashRecord
+) -> None:
+    """Say the last session's crash in ``bar`` (whichever model it was, also when no
+    model is loaded at this start), with the action that loads it by ``load_safe``."""
     model = record.model
     bar.show_message(crash_message(record), True, action=(SAFE_ACTION, lambda: load_safe(model)))
-    return _same_file(path, model)
+
+
+def holds_back(record: crash_record.CrashRecord | None, path: str) -> bool:
+    """Whether the start's automatic load of ``path`` must not happen: the last session
+    crashed with it."""
+    return record is not None and _same_file(path, record.model)
 
 
 def _same_file(a: str, b: str) -> bool:
