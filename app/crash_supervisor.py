@@ -131,10 +131,25 @@ def _ended(command: str, pid: int, code: int) -> int:
         return code
     signum = -code
     sentence = ended_sentence(command, signum, record)
+    if sentence is not None and record is not None and signum in CRASH_SIGNALS:
+        sentence += remembered(record.model)
     if sentence is not None:
         sys.stdout.flush()
         print(f"\nllamadesk: {sentence}", file=sys.stderr, flush=True)
     return 128 + signum
+
+
+def remembered(model: str) -> str:
+    """Keep that ``model`` crashed llama.cpp (its later loads go without the extra CPU
+    buffer types, where the crashes seen were: :func:`load_check.remember_crash`) and
+    say so ("" when its file cannot be read)."""
+    from pathlib import Path
+
+    from app.engine import load_check
+
+    if not load_check.remember_crash(Path(model)):
+        return ""
+    return f" {Path(model).name} loads without llama.cpp's faster CPU kernels from now on."
 
 
 def ended_sentence(

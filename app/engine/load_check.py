@@ -140,6 +140,44 @@ def cache_dir() -> Path:
     return paths.private_dir("load_checks")
 
 
+CRASHED_NOTICE = (
+    "{name} crashed llama.cpp in an earlier session, so it runs without llama.cpp's faster "
+    "CPU kernels from now on (as llama-server's --no-repack), which may be slower."
+)
+
+
+def _crash_key(header: GGUFHeader) -> str:
+    """A crash of the app itself with this file on this machine and build (whatever its
+    placement): its loads go without extra buffer types."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"crashed|{CHECK_VERSION}|{_machine_key()}|{header.digest()}".encode())
+    return h.hexdigest()
+
+
+def remember_crash(path: Path) -> str:
+    """The app (the window, ``run``, ``serve``) crashed in llama.cpp with ``path``: keep
+    the verdict that it loads without extra buffer types (a crash of the real load is
+    proof the check's child did not see), so not only the next load goes the safe way.
+    The sentence that says so; "" when the file cannot be read (nothing is kept)."""
+    from app.engine.gguf_header import GGUFHeaderError, read_header
+
+    try:
+        header = read_header(path)
+    except (GGUFHeaderError, OSError):
+        return ""
+    key = _crash_key(header)
+    verdict = Verdict(True, CRASHED_NOTICE.format(name=path.name), "disk", extra_bufts=False)
+    with _lock:
+        _write_cached(key, verdict, path)
+    return verdict.message
+
+
+def _crashed(header: GGUFHeader) -> Verdict | None:
+    # Read from the data folder each time (a small file): another process (``run``'s
+    # supervisor, the window's next start) writes it.
+    return _read_cached(_crash_key(header))
+
+
 def check(
     path: Path,
     header: GGUFHeader,
@@ -155,18 +193,25 @@ def check(
     ``timeout``: for each child (None: :func:`default_timeout`)."""
     if timeout is None:
         timeout = default_timeout(path)
-    key = cache_key(header, extra_bufts=extra_bufts)
     with _lock:
+        crashed = _crashed(header) if extra_bufts else None
+        if crashed is not None:  # the app crashed with it: only the safe way is checked
+            extra_bufts = False
+        key = cache_key(header, extra_bufts=extra_bufts)
         verdict = _memo.get(key)
         if verdict is not None:
-            return dataclasses.replace(verdict, source="memory")
-        verdict = _read_cached(key)
-        if verdict is None:
-            verdict, keep = _run_checks(path, architecture, n_gpu_layers, timeout, extra_bufts)
-            if keep:
-                _write_cached(key, verdict, path)
-        if verdict.source != "unchecked":
-            _memo[key] = verdict
+            verdict = dataclasses.replace(verdict, source="memory")
+        else:
+            verdict = _read_cached(key)
+            if verdict is None:
+                verdict, keep = _run_checks(path, architecture, n_gpu_layers, timeout, extra_bufts)
+                if keep:
+                    _write_cached(key, verdict, path)
+            if verdict.source != "unchecked":
+                _memo[key] = verdict
+        if crashed is not None and verdict.ok:
+            notice = CRASHED_NOTICE.format(name=path.name)  # this file's name, not the kept one's
+            return dataclasses.replace(verdict, message=notice, extra_bufts=False)
         return verdict
 
 
