@@ -55,6 +55,7 @@ def supervise(command: str) -> int | None:
         or os.environ.get(_CHILD_ENV) == "1"
     ):
         return None
+    crash_record.sweep_stale()  # records a parent killed with SIGKILL left
     parent = os.getpid()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -4,6 +4,7 @@ llama.cpp (issue 27 review, item 10)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app import crash_supervisor
+from app import crash_record, crash_supervisor
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(
@@ -117,3 +118,47 @@ def test_a_repeated_stop_signal_does_not_break_the_shutdown(tmp_path: Path) -> N
     late = shutdown(0.0)
     assert late.returncode != 0 and "saved" not in late.stdout
     assert "KeyboardInterrupt" in late.stderr
+
+
+def _write_record(folder: Path, owner: str, pid: int, **identity: object) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{owner}.json"
+    path.write_text(json.dumps({"model": "/m/x.gguf", "phase": "decoding", "pid": pid, **identity}))
+    return path
+
+
+def test_a_start_removes_records_of_processes_that_are_gone(tmp_path: Path) -> None:
+    """A parent killed with SIGKILL leaves its child's cli-<pid>.json: the next ``run`` or
+    ``serve`` removes it, and keeps those of commands still running."""
+    folder = tmp_path / "home" / crash_record.FOLDER
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = _write_record(folder, f"cli-{gone.pid}", gone.pid)
+    me = os.getpid()  # a command still running: this process, as it is
+    mine = _write_record(
+        folder, f"cli-{me}", me, boot=crash_record._boot_id(), started=crash_record._start_time(me)
+    )
+    # Its pid is this process's, but it was another process (an earlier start time).
+    reused = _write_record(folder, "cli-1", me, boot=crash_record._boot_id(), started=1)
+    done = _supervised(tmp_path, False, "SIGTERM")
+    assert done.returncode == 128 + signal.SIGTERM
+    assert not stale.exists() and not reused.exists() and mine.exists()
+
+
+def test_a_window_pid_used_again_by_another_process_is_not_taken_for_it(
+    tmp_path: Path,
+) -> None:
+    folder = crash_record.folder()
+    other = os.getppid()  # alive, but not the process that wrote the record
+    boot = crash_record._boot_id()
+    _write_record(folder, crash_record.WINDOW, other, boot=boot, started=1)
+    (folder / f"window-{other}.fault").write_text("Fatal Python error: Segmentation fault\n")
+    found = crash_record.last_window_crash()
+    assert found == crash_record.CrashRecord("/m/x.gguf", crash_record.Phase.DECODING, other)
+    # Another boot: no process of it runs now, whatever its pid.
+    _write_record(folder, crash_record.WINDOW, other, boot="an-earlier-boot", started=0)
+    assert crash_record.last_window_crash() is not None
+    # The very process (its start time): it runs, so it did not crash.
+    started = crash_record._start_time(other)
+    _write_record(folder, crash_record.WINDOW, other, boot=boot, started=started)
+    assert crash_record.last_window_crash() is None
