@@ -26,7 +26,7 @@ import json
 import logging
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -46,11 +46,15 @@ class Phase(enum.Enum):
 
 @dataclass(frozen=True)
 class CrashRecord:
-    """What a process was doing with which model (``model``: its path)."""
+    """What a process was doing with which model (``model``: its path). ``boot`` and
+    ``started``: which process ``pid`` was (this boot's id, its start time in clock ticks;
+    "" and 0 where unknown), so a pid used again by another process is not taken for it."""
 
     model: str
     phase: Phase
     pid: int
+    boot: str = field(default="", compare=False)
+    started: int = field(default=0, compare=False)
 
     @property
     def model_name(self) -> str:
@@ -92,10 +96,17 @@ def mark(phase: Phase, model: str) -> None:
     with _lock:
         if _owner is None:
             return
-        record = CrashRecord(model, phase, os.getpid())
+        pid = os.getpid()
+        record = CrashRecord(model, phase, pid, _boot_id(), _start_time(pid))
         if record == _current:
             return
-        data = {"model": model, "phase": phase.value, "pid": record.pid}
+        data = {
+            "model": model,
+            "phase": phase.value,
+            "pid": record.pid,
+            "boot": record.boot,
+            "started": record.started,
+        }
         try:
             atomic_write_bytes(record_path(_owner), json.dumps(data).encode("utf-8"))
         except OSError as exc:  # a read-only data folder: a crash is then only less precise
@@ -121,8 +132,14 @@ def read(owner: str) -> CrashRecord | None:
     """The record ``owner`` left, if any (damaged ones are None)."""
     try:
         data = json.loads(record_path(owner).read_text("utf-8"))
-        return CrashRecord(str(data["model"]), Phase(data["phase"]), int(data["pid"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        return CrashRecord(
+            str(data["model"]),
+            Phase(data["phase"]),
+            int(data["pid"]),
+            str(data.get("boot", "")),
+            int(data.get("started", 0)),
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -141,6 +158,25 @@ def _fault_path(pid: int) -> Path:
     return folder() / f"{WINDOW}-{pid}.fault"
 
 
+def _boot_id() -> str:
+    """This boot's id (Linux), "" elsewhere: a record of an earlier boot is of no process."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text("ascii").strip()
+    except OSError:
+        return ""
+
+
+def _start_time(pid: int) -> int:
+    """When process ``pid`` started (clock ticks since boot, /proc's field 22), 0 where
+    unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text("ascii", "replace")
+        # The command name (field 2) may hold spaces and parentheses: count after its end.
+        return int(stat[stat.rindex(")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -151,11 +187,35 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def is_running(record: CrashRecord) -> bool:
+    """Whether the process that wrote ``record`` still runs: its pid lives, in this boot,
+    and is the same process (its start time), not another one given that pid since."""
+    if record.boot and record.boot != _boot_id():
+        return False
+    if not _alive(record.pid):
+        return False
+    return not record.started or record.started == _start_time(record.pid)
+
+
+def sweep_stale() -> None:
+    """Remove the ``cli-<pid>.json`` records whose process is gone (a parent killed with
+    SIGKILL could not read and remove its child's). Called when ``run``/``serve`` start."""
+    try:
+        stale = list(folder().glob("cli-*.json"))
+    except OSError:
+        return
+    for path in stale:
+        record = read(path.stem)
+        if record is None or not is_running(record):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
 def last_window_crash() -> CrashRecord | None:
     """The crash the last window session ended in (its record, and its fault file says
     a fatal signal came), or None. Read once at start, before :func:`watch_window`."""
     record = read(WINDOW)
-    if record is None or record.pid == os.getpid() or _alive(record.pid):
+    if record is None or record.pid == os.getpid() or is_running(record):
         return None
     try:
         crashed = _fault_path(record.pid).stat().st_size > 0
@@ -170,7 +230,7 @@ def watch_window() -> None:
     (read them first: :func:`last_window_crash`)."""
     global _fault_file
     record = read(WINDOW)
-    if record is not None and not _alive(record.pid):
+    if record is not None and not is_running(record):
         with contextlib.suppress(OSError):
             record_path(WINDOW).unlink()
     try:

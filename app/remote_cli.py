@@ -84,8 +84,8 @@ def _add_connection_args(group: Any) -> None:
         metavar="KEY",
         default=os.environ.get(API_KEY_ENV),
         help="sent as 'Authorization: Bearer KEY'. A key on the command line is visible to "
-        f"every user of this computer (ps, /proc/PID/cmdline): set {API_KEY_ENV} instead, "
-        "which is the default",
+        f"every user of this computer (ps, /proc/PID/cmdline): set {API_KEY_ENV} instead "
+        "(read when --remote-api-key is not given)",
     )
     group.add_argument(
         "--remote-allow-insecure-http",

@@ -152,6 +152,11 @@ GONE_WAIT_S = 1.0  # after a broken reply: how long the child may take to end (s
 # answer a new process loads the model again on the same port (see _revive).
 REVIVE_POLL_S = 1.0
 REVIVE_PROBE_TIMEOUT_S = 2.0
+# Restarts of the model process in a row (none lived STABLE_S): after these, no more (a
+# model that dies at every load would restart for ever); each waits longer (back-off).
+MAX_RESTARTS = 5
+STABLE_S = 120.0
+BACKOFF_MAX_S = 30.0
 _SERVING = re.compile(r" at (http://127\.0\.0\.1:\d+)/v1\s*$")
 
 
@@ -228,6 +233,9 @@ class PrivateServer:
         self.restarts = 0
         self._hung_at: float | None = None  # when a hung child was killed, until replaced
         self._reviving = False  # a new child loads after the workers answered again
+        self._given_up: str | None = None  # why the model is not loaded again (down())
+        self._in_a_row = 0  # restarts since a model process last lived STABLE_S
+        self._started_at = time.monotonic()
         self._env = dict(os.environ)
         self._env[PRIVATE_ENV] = json.dumps({"context": context, "model": model})
         self._env[PRIVATE_KEY_ENV] = self.key
@@ -280,6 +288,7 @@ class PrivateServer:
             except subprocess.TimeoutExpired:
                 pass
             return child, None
+        self._started_at = time.monotonic()
         threading.Thread(
             target=self._watch, args=(child, read_fd), daemon=True, name="rpc-private-watch"
         ).start()
@@ -312,11 +321,59 @@ class PrivateServer:
             os.close(read_fd)
         if self._closing:
             return
-        if not hung:
-            self._on_gone(self.gone_sentence())
-            self._revive(child)
-            return
-        self._replace(child)
+        try:
+            if not hung and self._workers_answer():
+                # The worker is still there: the process died of something else (a crash
+                # of its own), which a new one would repeat - not loaded again.
+                self._give_up(
+                    f"its model process ended ({_exit_name(child.poll() or 0)}) while the "
+                    f"remote worker {self.endpoints} still answered, so it is not loaded "
+                    "again; restart `llamadesk serve`."
+                )
+                return
+            if not self._may_restart():
+                return
+            if not hung:
+                self._on_gone(self.gone_sentence())
+                self._revive(child)
+                return
+            self._replace(child)
+        except Exception as exc:  # the watcher must not die silently: down() says it
+            log.exception("the model process could not be started again")
+            self._give_up(f"a new model process could not be started ({exc}).")
+
+    def _workers_answer(self) -> bool:
+        """Whether every remote worker answers a probe now (just after a model process
+        ended: if so, the worker did not go away)."""
+        from app.engine.rpc_probe import RpcProbeError, parse_endpoints, probe
+
+        try:
+            for endpoint in parse_endpoints(self.endpoints):
+                probe(endpoint, timeout_s=REVIVE_PROBE_TIMEOUT_S)
+        except RpcProbeError:
+            return False
+        return True
+
+    def _may_restart(self) -> bool:
+        """Count one more restart in a row; False (given up) past :data:`MAX_RESTARTS`.
+        Waits the back-off first (1, 2, 4 … s, at most :data:`BACKOFF_MAX_S`)."""
+        if time.monotonic() - self._started_at > STABLE_S:
+            self._in_a_row = 0  # the last one lived a while: a new series
+        self._in_a_row += 1
+        if self._in_a_row > MAX_RESTARTS:
+            self._give_up(
+                f"its model process ended {MAX_RESTARTS + 1} times in a row, so it is not "
+                "loaded again; restart `llamadesk serve`."
+            )
+            return False
+        deadline = time.monotonic() + min(BACKOFF_MAX_S, 2.0 ** (self._in_a_row - 1) - 1)
+        while not self._closing and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return not self._closing
+
+    def _give_up(self, why: str) -> None:
+        self._given_up = f"The model is gone: {why}"
+        self._on_gone(self._given_up)
 
     def _replace(self, old: subprocess.Popen[str]) -> None:
         if self._closing or old is not self.child:
@@ -381,13 +438,16 @@ class PrivateServer:
                 return
             self._end(child)  # the worker went again while loading: wait for it again
             old = child
-            time.sleep(REVIVE_POLL_S)
+            if not self._may_restart():
+                return
 
     def down(self) -> str | None:
         """Why the model cannot answer now (its process ended with the worker, or is being
         started again), or None: ``/health`` says it with a 503, and a request gets it."""
         if self._closing:
             return None
+        if self._given_up is not None:
+            return self._given_up
         where = f"the remote worker {self.endpoints}"
         if self._hung_at is not None or self._reviving:
             return (

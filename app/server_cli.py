@@ -39,7 +39,8 @@ def register(sub: Any) -> None:
         default=os.environ.get("LLAMADESK_API_KEY"),
         help="require 'Authorization: Bearer KEY'; needed to listen beyond the loopback. A "
         "key on the command line is visible to every user of this computer (ps, "
-        "/proc/PID/cmdline): set LLAMADESK_API_KEY instead, which is the default",
+        "/proc/PID/cmdline): set LLAMADESK_API_KEY instead (read when --api-key is not "
+        "given)",
     )
     p.add_argument(
         "--parallel",
@@ -172,6 +173,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         if private is not None:  # /health and requests say when the worker took it away
             runner.service.model_down = private.down
+            runner.service.private_front = True
         loaded = runner.start(background=True)  # /health answers "loading" meanwhile
     except BaseException:
         if private is not None:
@@ -196,7 +198,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         print("LlamaDesk server: stopping (saving the conversations' caches)…", file=sys.stderr)
-        runner.close()
-        if private is not None:
-            private.close()
+        with crash_supervisor.repeats_ignored():  # the stop signal may come twice
+            runner.close()
+            if private is not None:
+                private.close()
     return 0

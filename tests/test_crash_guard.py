@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from app import crash_record, crash_supervisor
+from app.engine import load_check
 from app.engine.context import FAULT_DECODE_ENV
 from tests.support.serve_process import ServeProcess
 
@@ -43,9 +44,22 @@ def test_run_says_which_model_crashed_while_decoding(tiny_model: Path, tmp_path:
     assert done.returncode == 128 + signal.SIGSEGV, done.stderr[-2000:]
     assert done.stderr.strip().splitlines()[-1] == (
         f"llamadesk: llama.cpp crashed (SIGSEGV) while decoding with the model "
-        f"{tiny_model.name}; `llamadesk run` stopped."
+        f"{tiny_model.name}; `llamadesk run` stopped. {tiny_model.name} loads without "
+        "llama.cpp's faster CPU kernels from now on."
     )
     assert list((home / crash_record.FOLDER).glob("*.json")) == []  # read and removed
+    # The verdict is kept: the next run (no crash now) goes the safe way and says so.
+    again = subprocess.run(
+        [sys.executable, "-m", "app", "run", str(tiny_model), "Hello", "-n", "4"],
+        cwd=ROOT,
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    notice = load_check.CRASHED_NOTICE.format(name=tiny_model.name)
+    assert f"llamadesk: warning: {notice}" in again.stderr.splitlines()
 
 
 def test_run_without_a_crash_is_unchanged(tiny_model: Path, tmp_path: Path) -> None:
@@ -75,7 +89,8 @@ def test_serve_says_which_model_crashed(tiny_model: Path, tmp_path: Path) -> Non
     # The context's first decodes (its batching measure) come right after the load.
     assert err.strip().splitlines()[-1] == (
         f"llamadesk: llama.cpp crashed (SIGSEGV) while decoding with the model "
-        f"{tiny_model.name}; `llamadesk serve` stopped."
+        f"{tiny_model.name}; `llamadesk serve` stopped. {tiny_model.name} loads without "
+        "llama.cpp's faster CPU kernels from now on."
     )
 
 

@@ -47,7 +47,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,18 +126,88 @@ def _amx_arg(guard_active: bool) -> str:
     return "off" if guard_active else "on"
 
 
-def cache_key(header: GGUFHeader, *, extra_bufts: bool = True) -> str:
+# The model settings that say where the weights go and how they are read: the child
+# places them as the app does, and a verdict holds for that placement only.
+PLACEMENT_FIELDS = (
+    "gpu_layers",
+    "split_mode",
+    "main_device",
+    "tensor_split",
+    "devices",
+    "rpc_servers",
+    "use_mmap",
+    "use_mlock",
+)
+Placement = Mapping[str, object]
+
+
+def placement_of(settings: object) -> dict[str, object]:
+    """The :data:`PLACEMENT_FIELDS` of a ``ModelSettings``."""
+    return {name: getattr(settings, name) for name in PLACEMENT_FIELDS}
+
+
+def _placement_text(placement: Placement | None, n_gpu_layers: int) -> str:
+    chosen = {k: placement[k] for k in PLACEMENT_FIELDS if k in placement} if placement else {}
+    return json.dumps({**chosen, "n_gpu_layers": n_gpu_layers}, sort_keys=True)
+
+
+def cache_key(
+    header: GGUFHeader,
+    *,
+    extra_bufts: bool = True,
+    placement: Placement | None = None,
+    n_gpu_layers: int = 0,
+) -> str:
     from app.engine import cpu_quirks
 
     h = hashlib.blake2b(digest_size=16)
     guard = _amx_arg(cpu_quirks.amx_guard_active())  # what the first try runs
     tried = "all" if extra_bufts else "safe"
-    h.update(f"{CHECK_VERSION}|{_machine_key()}|{guard}|{tried}|{header.digest()}".encode())
+    where = _placement_text(placement, n_gpu_layers)
+    h.update(f"{CHECK_VERSION}|{_machine_key()}|{guard}|{tried}|{where}|{header.digest()}".encode())
     return h.hexdigest()
 
 
 def cache_dir() -> Path:
     return paths.private_dir("load_checks")
+
+
+CRASHED_NOTICE = (
+    "{name} crashed llama.cpp in an earlier session, so it runs without llama.cpp's faster "
+    "CPU kernels from now on (as llama-server's --no-repack), which may be slower."
+)
+
+
+def _crash_key(header: GGUFHeader) -> str:
+    """A crash of the app itself with this file on this machine and build (whatever its
+    placement): its loads go without extra buffer types."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"crashed|{CHECK_VERSION}|{_machine_key()}|{header.digest()}".encode())
+    return h.hexdigest()
+
+
+def remember_crash(path: Path) -> str:
+    """The app (the window, ``run``, ``serve``) crashed in llama.cpp with ``path``: keep
+    the verdict that it loads without extra buffer types (a crash of the real load is
+    proof the check's child did not see), so not only the next load goes the safe way.
+    The sentence that says so; "" when the file cannot be read (nothing is kept)."""
+    from app.engine.gguf_header import GGUFHeaderError, read_header
+
+    try:
+        header = read_header(path)
+    except (GGUFHeaderError, OSError):
+        return ""
+    key = _crash_key(header)
+    verdict = Verdict(True, CRASHED_NOTICE.format(name=path.name), "disk", extra_bufts=False)
+    with _lock:
+        _write_cached(key, verdict, path)
+    return verdict.message
+
+
+def _crashed(header: GGUFHeader) -> Verdict | None:
+    # Read from the data folder each time (a small file): another process (``run``'s
+    # supervisor, the window's next start) writes it.
+    return _read_cached(_crash_key(header))
 
 
 def check(
@@ -148,25 +218,39 @@ def check(
     n_gpu_layers: int = 0,
     timeout: float | None = None,
     extra_bufts: bool = True,
+    placement: Placement | None = None,
 ) -> Verdict:
     """The verdict on loading ``path`` (whose parsed header is ``header``): from memory, the
     data folder, or a child process that tries the load. ``extra_bufts`` False: the user
     chose to load without extra buffer types (safe settings), so only that is tried.
+    ``placement``: the model's :data:`PLACEMENT_FIELDS` (None: the CPU, memory-mapped),
+    applied in the child as the app applies them, and part of the verdict's key.
     ``timeout``: for each child (None: :func:`default_timeout`)."""
     if timeout is None:
         timeout = default_timeout(path)
-    key = cache_key(header, extra_bufts=extra_bufts)
     with _lock:
+        crashed = _crashed(header) if extra_bufts else None
+        if crashed is not None:  # the app crashed with it: only the safe way is checked
+            extra_bufts = False
+        key = cache_key(
+            header, extra_bufts=extra_bufts, placement=placement, n_gpu_layers=n_gpu_layers
+        )
         verdict = _memo.get(key)
         if verdict is not None:
-            return dataclasses.replace(verdict, source="memory")
-        verdict = _read_cached(key)
-        if verdict is None:
-            verdict, keep = _run_checks(path, architecture, n_gpu_layers, timeout, extra_bufts)
-            if keep:
-                _write_cached(key, verdict, path)
-        if verdict.source != "unchecked":
-            _memo[key] = verdict
+            verdict = dataclasses.replace(verdict, source="memory")
+        else:
+            verdict = _read_cached(key)
+            if verdict is None:
+                verdict, keep = _run_checks(
+                    path, architecture, n_gpu_layers, timeout, extra_bufts, placement
+                )
+                if keep:
+                    _write_cached(key, verdict, path)
+            if verdict.source != "unchecked":
+                _memo[key] = verdict
+        if crashed is not None and verdict.ok:
+            notice = CRASHED_NOTICE.format(name=path.name)  # this file's name, not the kept one's
+            return dataclasses.replace(verdict, message=notice, extra_bufts=False)
         return verdict
 
 
@@ -178,6 +262,7 @@ def ensure_loadable(
     n_gpu_layers: int = 0,
     timeout: float | None = None,
     extra_bufts: bool = True,
+    placement: Placement | None = None,
 ) -> Verdict:
     """:func:`check`, raising :class:`ModelLoadError` with its sentence when it fails."""
     verdict = check(
@@ -187,6 +272,7 @@ def ensure_loadable(
         n_gpu_layers=n_gpu_layers,
         timeout=timeout,
         extra_bufts=extra_bufts,
+        placement=placement,
     )
     if not verdict.ok:
         raise ModelLoadError(verdict.message)
@@ -248,12 +334,19 @@ def _write_cached(key: str, verdict: Verdict, path: Path) -> None:
 
 
 def _run_checks(
-    path: Path, architecture: str, n_gpu_layers: int, timeout: float, extra_bufts: bool
+    path: Path,
+    architecture: str,
+    n_gpu_layers: int,
+    timeout: float,
+    extra_bufts: bool,
+    placement: Placement | None = None,
 ) -> tuple[Verdict, bool]:
     """The verdict of one child, or of a second one without extra buffer types when the
     first crashed; and whether it is kept (see :func:`_run_child`)."""
     if extra_bufts:
-        verdict, keep, crash = _run_child(path, architecture, n_gpu_layers, timeout, True)
+        verdict, keep, crash = _run_child(
+            path, architecture, n_gpu_layers, timeout, True, placement
+        )
         if crash is None:
             return verdict, keep
         log.warning(
@@ -263,7 +356,7 @@ def _run_checks(
             _signal_name(crash[0]),
             crash[1],
         )
-    verdict, keep, crash = _run_child(path, architecture, n_gpu_layers, timeout, False)
+    verdict, keep, crash = _run_child(path, architecture, n_gpu_layers, timeout, False, placement)
     if crash is not None or not verdict.ok or not extra_bufts:
         return verdict, keep
     return Verdict(
@@ -276,7 +369,12 @@ def _run_checks(
 
 
 def _run_child(
-    path: Path, architecture: str, n_gpu_layers: int, timeout: float, extra_bufts: bool
+    path: Path,
+    architecture: str,
+    n_gpu_layers: int,
+    timeout: float,
+    extra_bufts: bool,
+    placement: Placement | None = None,
 ) -> tuple[Verdict, bool, tuple[int, str] | None]:
     """The child's verdict, whether it says something about the file (kept) rather than
     about this run (a timeout, a child that could not start), and, when the child died of
@@ -288,6 +386,8 @@ def _run_child(
     args = [str(path), "--n-gpu-layers", str(n_gpu_layers), "--amx", amx]
     if not extra_bufts:
         args.append(_NO_EXTRA_BUFTS)
+    if placement:
+        args += ["--placement", json.dumps(dict(placement))]
     try:
         outcome = load_check_runner.run_check(args, timeout)
     except OSError as exc:
@@ -458,6 +558,7 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--n-gpu-layers", type=int, default=0)
     parser.add_argument(_NO_EXTRA_BUFTS, action="store_true", dest="no_extra_bufts")
     parser.add_argument("--amx", choices=("on", "off", "auto"), default="auto")
+    parser.add_argument("--placement", default="", help="the model's placement (JSON)")
     args = parser.parse_args(argv)
     from app.engine.cpu_quirks import AMX_ENV
 
@@ -480,9 +581,29 @@ def child_main(argv: Sequence[str] | None = None) -> int:
 
     ensure_backend()
     params = llama_cpp.llama_model_default_params()
-    params.n_gpu_layers = args.n_gpu_layers
-    # Memory-mapped as the app loads it: the app's load then finds the pages in memory.
-    params.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP
+    placed = None
+    use_mmap, use_mlock = True, False
+    if args.placement:
+        # The app's placement (devices, split, RPC workers), resolved here as Model does.
+        from app.engine.metadata import read_model_header
+        from app.engine.offload import place
+        from app.engine.settings import ModelSettings
+
+        settings = ModelSettings.from_dict(json.loads(args.placement))
+        placed = place(read_model_header(args.path)[0], settings)
+        placed.apply(params)
+        use_mmap, use_mlock = settings.use_mmap, settings.use_mlock
+    params.n_gpu_layers = args.n_gpu_layers  # the parent's plan
+    # Memory-mapped as the app loads it (the app's load then finds the pages in memory),
+    # or read and locked as the settings say.
+    if use_mmap:
+        params.load_mode = (
+            llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK if use_mlock else llama_cpp.LLAMA_LOAD_MODE_MMAP
+        )
+    else:
+        params.load_mode = (
+            llama_cpp.LLAMA_LOAD_MODE_MLOCK if use_mlock else llama_cpp.LLAMA_LOAD_MODE_NONE
+        )
     quirks = None
     if args.no_extra_bufts:
         params.use_extra_bufts = False
@@ -506,7 +627,7 @@ def child_main(argv: Sequence[str] | None = None) -> int:
         llama_cpp.llama_token_to_piece(vocab, token, buf, len(buf), 0, True)
     decoded = _decode_shapes(handle, probe or [0], not args.no_extra_bufts)
     llama_cpp.llama_model_free(handle)
-    del quirks  # the override array lives as long as the model
+    del quirks, placed  # the override and device arrays live as long as the model
     _report({"ok": True, "n_vocab": n_vocab, "decoded": decoded})
     return 0
 

@@ -73,6 +73,7 @@ class Model:
             architecture=self.info.architecture,
             n_gpu_layers=self.placement.plan.n_gpu_layers,
             extra_bufts=settings.use_extra_bufts,
+            placement=load_check.placement_of(settings),
         )
         # What the user is told about how this model was loaded ("": nothing to say).
         self.load_notice = verdict.notice

@@ -16,6 +16,7 @@ records and the picker lists beside the local files' paths.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -227,6 +228,12 @@ class ApiKeys:
         atomic_write_bytes(self.path, json.dumps(dict(data), indent=1).encode("utf-8"))
 
     def get(self, connection_id: str) -> str | None:
+        # The file first: a key is there only when the keyring refused it (set), so it is
+        # newer than any the keyring still holds for this connection.
+        with self._lock:
+            value = self._file().get(connection_id)
+        if value is not None:
+            return value
         if self._keyring is not None:
             try:
                 value = self._keyring.get_password(KEYRING_SERVICE, connection_id)
@@ -235,8 +242,7 @@ class ApiKeys:
             else:
                 if isinstance(value, str) and value:
                     return value
-        with self._lock:
-            return self._file().get(connection_id)
+        return None
 
     def set(self, connection_id: str, key: str) -> None:
         if self._keyring is not None:
@@ -244,6 +250,8 @@ class ApiKeys:
                 self._keyring.set_password(KEYRING_SERVICE, connection_id, key)
             except Exception as exc:  # a locked keyring: the owner-only file
                 log.warning("The keyring refused the key: %s", type(exc).__name__)
+                with contextlib.suppress(Exception):  # an older key there is wrong now
+                    self._keyring.delete_password(KEYRING_SERVICE, connection_id)
             else:
                 self._drop_from_file(connection_id)  # one place per key
                 return

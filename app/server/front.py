@@ -62,8 +62,18 @@ class RemoteFront:
 
     def post(self, route: str, body: Any) -> Any:
         """The remote server's JSON answer to ``body`` on ``route``."""
+        return self._answer(route, body)
+
+    def get(self, route: str) -> Any:
+        """The remote server's JSON answer to a GET of ``route``."""
+        return self._answer(route, None)
+
+    def _answer(self, route: str, body: Any) -> Any:
         try:
-            response = self._client.post(self.conn.root + route, json=self._body(body))
+            if body is None:
+                response = self._client.get(self.conn.root + route)
+            else:
+                response = self._client.post(self.conn.root + route, json=self._body(body))
         except httpx2.HTTPError as exc:
             raise _api_error(
                 RemoteError(transport_fault(self.conn.label, exc, streaming=False))

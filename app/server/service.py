@@ -15,6 +15,7 @@ the one batched engine step). The rooms:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -106,7 +107,15 @@ class ApiService:
         self.remote_loader: Any = None
         # ``serve --rpc``: why the private model process cannot answer now (None: it can)
         self.model_down: Callable[[], str | None] = lambda: None
+        # ``serve --rpc``: the remote engine is this server's own private child with the
+        # local model, not a remote model: /props is the child's (its template source and
+        # path), without the front's "remote" part (the private URL is no user's business)
+        self.private_front = False
         self._front: RemoteFront | None = None
+        # Fronts of an earlier remote connection (a reload made a new one): a request that
+        # took one may still be using its client, so they are closed in close() only.
+        self._old_fronts: list[RemoteFront] = []
+        self._front_lock = threading.Lock()  # request threads ask for the front at once
         if attached or model is not None:
             self.attach(model)
         # Subscribed after attach: a ModelLoaded/ModelUnloaded that follows wins.
@@ -187,16 +196,24 @@ class ApiService:
         engine = getattr(self.remote_loader, "engine", None)
         if engine is None:
             return None
-        front = self._front
-        if front is None or front.conn is not engine.conn or front.traits is not engine.traits:
-            if front is not None:
-                front.close()
-            front = self._front = RemoteFront(engine.conn, engine.traits)
-        return front
+        with self._front_lock:
+            front = self._front
+            if front is None or front.conn is not engine.conn or front.traits is not engine.traits:
+                if front is not None:
+                    self._old_fronts.append(front)
+                front = self._front = RemoteFront(engine.conn, engine.traits)
+            return front
 
     def props(self) -> dict[str, Any]:
         model = self.served.get()
         front = self.front
+        if front is not None and self.private_front:
+            if (down := self.model_down()) is not None:
+                raise unavailable(down, "model_gone")
+            own = dict(front.get("/props"))
+            own.update(total_slots=self.config.parallel, model_alias=self.model_id)
+            own.pop("remote", None)
+            return own
         if front is not None:
             return self._front_props(model, front)
         template = self.vocab.get().template
@@ -324,8 +341,13 @@ class ApiService:
     def close(self) -> None:
         self._unsubscribe()
         self.pool.close_all()
-        if self._front is not None:
-            self._front.close()
+        with self._front_lock:
+            fronts, self._old_fronts = self._old_fronts, []
+            if self._front is not None:
+                fronts.append(self._front)
+            self._front = None
+        for front in fronts:
+            front.close()
 
 
 class _Released:

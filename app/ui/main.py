@@ -136,6 +136,16 @@ def open_database() -> tuple[Database, bool] | None:
         return None
 
 
+def start_window(window: MainWindow) -> None:
+    """Start the window in this order: the last session's crash is read first (keeping
+    this session's record removes it), this session's record is kept before the start
+    posts the model's load (a crash while loading is then recorded too), then the start
+    says the crash and holds that model back."""
+    crash = crash_record.last_window_crash()
+    crash_record.watch_window()
+    window.start(crash=crash)
+
+
 def run(argv: list[str] | None = None) -> int:
     """Open the window and run until it is closed; returns the exit code."""
     global _window
@@ -168,8 +178,7 @@ def run(argv: list[str] | None = None) -> int:
         done = asyncio.Event()
         window.shutDown.connect(done.set)
         window.show()
-        window.start()  # reads what a crash of the last session left (app/ui/window_crash)
-        crash_record.watch_window()
+        start_window(window)
         if exit_after_show():
             QTimer.singleShot(EXIT_AFTER_SHOW_MS, window.close)
         await done.wait()

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import paths
+from app import crash_record, paths
 from app.engine import ContextSettings
 from app.engine.settings import ModelSettings
 from app.errors import LlamaDeskError
@@ -222,8 +222,10 @@ class MainWindow(QMainWindow):
 
     # ================================================================ start
 
-    def start(self, load_model: bool = True) -> None:
-        """Restore the window, the tabs and the conversation list; load the model."""
+    def start(self, load_model: bool = True, crash: crash_record.CrashRecord | None = None) -> None:
+        """Restore the window, the tabs and the conversation list; load the model.
+        ``crash``: the last session's crash (read before this one's record was kept:
+        app/ui/main.py), said whether or not a model is loaded now."""
         s = self.app_settings
         if s.window_geometry:
             self.restoreGeometry(QByteArray(base64.b64decode(s.window_geometry)))
@@ -253,13 +255,15 @@ class MainWindow(QMainWindow):
             if active_tab is not None:
                 self.tab_widget.setCurrentWidget(active_tab)
         self.update_stack()
+        # The last session crashed in llama.cpp: say so; that model is not loaded again
+        # by itself (app/ui/window_crash.py).
+        if crash is not None:
+            window_crash.announce(
+                self.message_bar, lambda p: self.models_ui.load_model(p, safe=True), crash
+            )
         if load_model:
             path = self.initial_model_path()
-            # The last session crashed in llama.cpp: say so; that model is not loaded again
-            # by itself (app/ui/window_crash.py).
-            if path is not None and not window_crash.hold_back(
-                self.message_bar, lambda p: self.models_ui.load_model(p, safe=True), path
-            ):
+            if path is not None and not window_crash.holds_back(crash, path):
                 self.load_model(path)
             else:
                 self.update_stack()

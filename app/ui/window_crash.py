@@ -13,12 +13,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app import crash_record
+from app.engine import load_check
 from app.ui.message_bar import MessageBar
 
 SAFE_ACTION = "Load with safe settings"
 
 
-def crash_message(record: crash_record.CrashRecord) -> str:
+def crash_message(record: crash_record.CrashRecord, remembered: bool = False) -> str:
+    """``remembered``: the model's later loads go without the faster CPU kernels (the
+    load check keeps that verdict: app.engine.load_check.remember_crash)."""
+    if remembered:
+        return (
+            f"The last session ended in a crash while {record.doing}. LlamaDesk did not "
+            "load it again; from now on it loads with safe settings (without llama.cpp's "
+            "faster CPU kernels): load it, or choose another model."
+        )
     return (
         f"The last session ended in a crash while {record.doing}. LlamaDesk did not load "
         "it again; load it with safe settings (without llama.cpp's faster CPU kernels) or "
@@ -26,16 +35,23 @@ def crash_message(record: crash_record.CrashRecord) -> str:
     )
 
 
-def hold_back(bar: MessageBar, load_safe: Callable[[str], None], path: str) -> bool:
-    """Before the start's automatic load of ``path``: whether it must not happen (the last
-    session crashed with it). The crash is said in ``bar`` whichever model it was, with
-    the action that loads it by ``load_safe``."""
-    record = crash_record.last_window_crash()
-    if record is None:
-        return False
+def announce(
+    bar: MessageBar, load_safe: Callable[[str], None], record: crash_record.CrashRecord
+) -> None:
+    """Say the last session's crash in ``bar`` (whichever model it was, also when no
+    model is loaded at this start), with the action that loads it by ``load_safe``; the
+    load check keeps that this model loads the safe way (not only this once)."""
     model = record.model
-    bar.show_message(crash_message(record), True, action=(SAFE_ACTION, lambda: load_safe(model)))
-    return _same_file(path, model)
+    remembered = bool(load_check.remember_crash(Path(model)))
+    bar.show_message(
+        crash_message(record, remembered), True, action=(SAFE_ACTION, lambda: load_safe(model))
+    )
+
+
+def holds_back(record: crash_record.CrashRecord | None, path: str) -> bool:
+    """Whether the start's automatic load of ``path`` must not happen: the last session
+    crashed with it."""
+    return record is not None and _same_file(path, record.model)
 
 
 def _same_file(a: str, b: str) -> bool:

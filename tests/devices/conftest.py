@@ -59,8 +59,9 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-def start_worker(*extra: str) -> Worker:
-    port = free_port()
+def start_worker(*extra: str, port: int | None = None) -> Worker:
+    """A ``llamadesk rpc-worker`` on ``port`` (None: a free one), once it answers."""
+    port = port or free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "app", "rpc-worker", "--port", str(port), "--threads", "1", *extra],
         stdout=subprocess.DEVNULL,
@@ -68,8 +69,15 @@ def start_worker(*extra: str) -> Worker:
         env=cli_env(),
         cwd=ROOT,
     )
-    endpoint = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
+    return wait_answering(process, f"127.0.0.1:{port}", 90, "the RPC worker")
+
+
+def wait_answering(
+    process: subprocess.Popen[bytes], endpoint: str, seconds: float, what: str
+) -> Worker:
+    """``process`` (an RPC worker) once ``endpoint`` answers a probe; killed when it ends
+    first or takes longer than ``seconds``."""
+    deadline = time.monotonic() + seconds
     while True:
         try:
             probe(endpoint, timeout_s=5)
@@ -77,8 +85,8 @@ def start_worker(*extra: str) -> Worker:
         except RpcProbeError:
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
-                raise RuntimeError(f"the RPC worker on {endpoint} did not start") from None
-            time.sleep(0.5)
+                raise RuntimeError(f"{what} on {endpoint} did not start") from None
+            time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")

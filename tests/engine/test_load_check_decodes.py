@@ -154,7 +154,9 @@ def test_safe_settings_try_only_without_extra_buffer_types(
         assert np.isfinite(_decode_rows(loaded)).all()
     finally:
         loaded.close()
-    verdict = load_check.check(model, read_header(model), extra_bufts=False)
+    # The same file and placement as that load's (the verdict is kept for these).
+    placement = load_check.placement_of(ModelSettings(use_extra_bufts=False))
+    verdict = load_check.check(model, read_header(model), extra_bufts=False, placement=placement)
     assert verdict.ok and verdict.source == "memory"
 
 

@@ -49,7 +49,7 @@ def test_the_help_says_a_key_flag_is_visible_in_ps(
     end = next(i for i in range(start + 1, len(lines)) if lines[i].strip().startswith("-"))
     line = " ".join(" ".join(lines[start:end]).split())  # the flag's help, unwrapped
     assert "visible to every user of this computer (ps" in line
-    assert f"set {variable} instead" in line
+    assert f"set {variable} instead (read when {flag} is not given)" in line
 
 
 def test_the_keys_work_from_the_environment(

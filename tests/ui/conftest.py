@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from PySide6.QtCore import QLoggingCategory, QObject, Slot
 
-from app import paths
+from app import crash_record, paths
 from app.engine.reasoning import Channel
 from app.session import ConversationSnapshot, TurnResult
 from app.session import events as ev
@@ -130,7 +130,8 @@ def make_window(qtbot: Any, tiny_model: Path) -> Iterator[Callable[..., Any]]:
         window.worker.conversationEvent.connect(recorder.on_event)
         opened.append((window, db))
         window.show()
-        window.start()
+        # as app/ui/main.py's start_window, less this test process's own crash record
+        window.start(crash=crash_record.last_window_crash())
         if wait_model and model is not None:
             qtbot.waitUntil(window.model_ready, timeout=15000)
         return window, recorder

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from app import crash_record
+from app.engine import load_check
 from app.ui.window_crash import SAFE_ACTION, crash_message
 
 
@@ -33,7 +34,7 @@ def test_the_next_start_says_so_and_offers_safe_settings(
     record = _crashed_session(tiny_model)
     window, _ = make_window(model=tiny_model, wait_model=False)
     bar = window.message_bar
-    assert bar.text() == crash_message(record)
+    assert bar.text() == crash_message(record, True)
     assert bar.text().startswith(
         f"The last session ended in a crash while decoding with the model {tiny_model.name}."
     )
@@ -47,18 +48,75 @@ def test_the_next_start_says_so_and_offers_safe_settings(
     assert window.model_path() == str(tiny_model)
     extra = window.session.call(lambda engine: engine.model.settings.use_extra_bufts)
     assert extra.result(10) is False
+    # Not only this once: a plain load of that model goes the safe way too, and says so.
+    window.load_model(str(tiny_model))
+    qtbot.waitUntil(lambda: window.models_ui.loading_path is None, timeout=15000)
+    qtbot.waitUntil(window.model_ready, timeout=15000)
+    notice = window.session.call(lambda engine: engine.model.load_notice)
+    assert notice.result(10) == load_check.CRASHED_NOTICE.format(name=tiny_model.name)
 
 
 def test_a_crash_while_loading_another_model_still_loads_the_last_one(
     qtbot: Any, make_window: Any, tiny_model: Path, tiny_model_twin: Path
 ) -> None:
     record = _crashed_session(tiny_model_twin, phase="loading")
-    window, _ = make_window(model=tiny_model, wait_model=True)
-    assert window.model_path() == str(tiny_model)
-    assert window.message_bar.text() == crash_message(record)
+    window, _ = make_window(model=tiny_model, wait_model=False)
+    assert window.message_bar.text() == crash_message(record, True)
     assert "while loading the model twin.gguf" in window.message_bar.text()
+    qtbot.waitUntil(window.model_ready, timeout=15000)
+    assert window.model_path() == str(tiny_model)
     extra = window.session.call(lambda engine: engine.model.settings.use_extra_bufts)
     assert extra.result(10) is True
+    # The twin is a byte copy (the same header): the crash's verdict holds for it too.
+    notice = window.session.call(lambda engine: engine.model.load_notice)
+    assert notice.result(10) == load_check.CRASHED_NOTICE.format(name=tiny_model.name)
+
+
+def test_the_crash_is_said_also_when_no_model_is_loaded_at_start(
+    qtbot: Any, make_window: Any, tiny_model: Path, monkeypatch: Any
+) -> None:
+    """No last model and no demo model: nothing is loaded, and the crash is still said
+    (it was thrown away before, unread)."""
+    from app import paths
+
+    monkeypatch.setattr(paths, "demo_model_path", lambda: paths.data_dir() / "no-demo.gguf")
+    record = _crashed_session(tiny_model)
+    window, _ = make_window(model=None, wait_model=False)
+    assert window.message_bar.text() == crash_message(record, True)
+    assert window.message_bar.action_button.text() == SAFE_ACTION
+    qtbot.wait(200)
+    assert window.models_ui.loading_path is None and not window.model_ready()
+
+
+def test_start_window_reads_the_crash_then_records_this_session(
+    qtbot: Any, tiny_model: Path, tiny_model_twin: Path
+) -> None:
+    """app/ui/main.py's order: the last crash is read before this session's record is
+    kept (which removes the old files), and the record is kept before the load starts."""
+    import os
+
+    from app.storage import Database
+    from app.ui.main import start_window
+    from app.ui.main_window import MainWindow
+    from tests.ui.conftest import close_window, write_settings
+
+    record = _crashed_session(tiny_model_twin, phase="loading")
+    write_settings(tiny_model)
+    db = Database.open()
+    window = MainWindow(db)
+    try:
+        window.show()
+        start_window(window)
+        assert window.message_bar.text() == crash_message(record, True)
+        assert not (crash_record.folder() / f"window-{record.pid}.fault").exists()
+        qtbot.waitUntil(window.model_ready, timeout=15000)
+        mine = crash_record.read(crash_record.WINDOW)
+        assert mine is not None and mine.pid == os.getpid() and mine.model == str(tiny_model)
+    finally:
+        close_window(qtbot, window)
+        db.close()
+        crash_record.end_window_watch()
+        crash_record.install(None)
 
 
 def test_no_crash_no_word(qtbot: Any, make_window: Any, tiny_model: Path) -> None:
