@@ -309,6 +309,9 @@ class MessageWidget(QFrame):
         """Redo the colours for a new theme (``base``: the new palette's base colour)."""
         self._dark = dark
         self._apply_colors(base)
+        # The frozen chunks of a long reply hold HTML with the old theme's colours baked
+        # in (code blocks, inline code): render them all again, not only the live tail.
+        self._reset_chunks()
         self.refresh()
 
     def set_editing(self, editing: bool) -> None:
