@@ -47,6 +47,7 @@ from app.ui.chat_view import ChatView
 from app.ui.composer import Composer, ConversationSettings
 from app.ui.context_meter import ContextMeter
 from app.ui.message_bar import MessageBar
+from app.ui.message_data import MessageData
 from app.ui.message_delete import ask_delete
 from app.ui.status_text import IsolatedLabel
 from app.ui.tab_choices import TabChoices
@@ -64,6 +65,12 @@ from app.ui.tab_status import (
 from app.ui.tab_stop_strings import StopStrings
 from app.ui.tab_token_hint import TOKEN_COUNT_DELAY_MS, TOKEN_HINT_MIN_CHARS, TokenHint
 from app.ui.tab_turn import TabTurn
+from app.ui.text_completion import (
+    CONTINUE_TEXT,
+    CONTINUE_TIP,
+    PLACEHOLDER,
+    document_data,
+)
 from app.ui.token_estimate import chat_token_estimate
 from app.ui.tool_picker import attach as attach_tools
 from app.ui.tool_turns import TabToolTurns
@@ -108,6 +115,7 @@ class ChatTab(QWidget):
         self._context_start: int | None = None
         self._status_at = 0.0  # when a streaming tab's status line was last refreshed
         self.last_completion: TurnResult | None = None
+        self.document_mode = False  # text completion (app.ui.text_completion)
         self.turn = TabTurn(self)
         self._stream = host.worker.stream(self.cid)
         self._stream.received.connect(self.on_event)
@@ -229,7 +237,8 @@ class ChatTab(QWidget):
             self.branch = self.db.get_thread(self.cid, leaf_id)
         except LlamaDeskError:
             self.branch = self.db.get_thread(self.cid)
-        self.view.set_messages([message_data(self.db, m) for m in self.branch])
+        self._set_mode(self.host.text_completion())
+        self.view.set_messages(self._shown())
         self._sync_context_start()
         self.tool_turns.render()
         self.show_intro()
@@ -238,6 +247,9 @@ class ChatTab(QWidget):
         """What an empty chat shows: the model, its kind, context and template."""
         ready = self.host.model_ready()
         model = self.host.loaded_model() if ready else None
+        if self.host.text_completion() != self.document_mode and not self.generating:
+            self.load_thread(self.leaf_id())  # chat <-> text completion: shown anew
+            return
         self.view.set_placeholder(intro_text(model))
         self.starters.show_for(model, empty=not self.branch)
 
@@ -250,6 +262,10 @@ class ChatTab(QWidget):
     def show_branch(self) -> None:
         """Show ``branch``, keeping the widgets of the messages already shown in front (a
         new turn adds two widgets instead of rebuilding, and querying, the whole chat)."""
+        if self.document_mode:  # one widget: the whole document
+            self.view.set_messages(self._shown())
+            self._after_branch()
+            return
         shown = [w.data.id for w in self.view.messages()]
         keep = 0
         for widget_id, message in zip(shown, self.branch, strict=False):
@@ -261,10 +277,13 @@ class ChatTab(QWidget):
             self.view.keep_first(keep)
             for message in self.branch[keep:]:
                 self.view.append(message_data(self.db, message))
-            if self.generating:  # the new ones too: no edit, delete... while it answers
-                self.view.set_actions_enabled(False)
         finally:
             self.view.setUpdatesEnabled(True)
+        self._after_branch()
+
+    def _after_branch(self) -> None:
+        if self.generating:  # no edit, delete... while it answers
+            self.view.set_actions_enabled(False)
         self._sync_context_start()
         self.tool_turns.render()
         if self.branch:
@@ -278,6 +297,21 @@ class ChatTab(QWidget):
         if start != self._context_start:
             self._context_start = start
             self.view.set_context_start(start)
+
+    def _shown(self) -> list[MessageData]:
+        if self.document_mode:
+            return document_data(self.db, self.branch)
+        return [message_data(self.db, m) for m in self.branch]
+
+    def _set_mode(self, document_mode: bool) -> None:
+        """Chat or text completion: the Send button and the composer say which."""
+        self.document_mode = document_mode
+        self.send_button.setText(CONTINUE_TEXT if document_mode else "Send")
+        self.send_button.setToolTip(CONTINUE_TIP if document_mode else "")
+        if document_mode:
+            self.composer.setPlaceholderText(PLACEHOLDER)
+        else:
+            self.composer.set_enter_sends(self.composer.enter_sends)  # its own placeholder
 
     def leaf_id(self) -> int | None:
         return self.branch[-1].id if self.branch else None
@@ -325,8 +359,10 @@ class ChatTab(QWidget):
 
     @Slot()
     def send(self) -> None:
-        text = self.composer.toPlainText().strip()
-        if not text:
+        text = self.composer.toPlainText()
+        if not self.document_mode:
+            text = text.strip()  # in a document, spaces and line breaks are its text
+        if not text and not (self.document_mode and self.branch):
             return
         if self.generating:
             self.notify("This tab is still answering: stop it first (Esc).", False)
@@ -350,7 +386,8 @@ class ChatTab(QWidget):
         editing = self._editing
         self.composer.clear()
         self._cancel_edit()
-        if not self.turn.generate(parent, text):  # nothing was asked: all stays as it was
+        # text completion with the box empty: the model writes on from the document's end
+        if not self.turn.generate(parent, text or None):  # nothing was asked: all stays as it was
             self.composer.setPlainText(text)
             if editing is not None:
                 self._editing = editing
@@ -364,6 +401,9 @@ class ChatTab(QWidget):
             message = self.db.get_message(message_id)
         except LlamaDeskError as exc:
             self.notify(str(exc))
+            return
+        if message.role == "user":  # text completion: the document ends with the user's text
+            self.turn.generate(message.id)
             return
         if message.parent_id is None:
             return

@@ -99,6 +99,8 @@ class MessageWidget(QFrame):
         outer.setSpacing(10)
         self.avatar = Avatar(data.role, dark, self)
         outer.addWidget(self.avatar, 0, Qt.AlignmentFlag.AlignTop)
+        # text completion's document: one text, no speaker
+        self.avatar.setVisible(data.role != "document")
         self.card = _Card(self)
         outer.addWidget(self.card, 1)
         layout = QVBoxLayout(self.card)
@@ -110,6 +112,7 @@ class MessageWidget(QFrame):
         self.role_label = QLabel(f"<b>{ROLE_NAMES.get(data.role, data.role)}</b>")
         self.role_label.setObjectName("role")
         header.addWidget(self.role_label)
+        self.role_label.setVisible(data.role != "document")
         self.editing_tag = QLabel("Editing")
         self.editing_tag.setObjectName("editing-tag")
         self.editing_tag.setToolTip("This message is in the composer below: send or cancel")
@@ -137,9 +140,14 @@ class MessageWidget(QFrame):
                 "edit", "edit", "Edit", "Edit and resend this message"
             )
             header.addWidget(self.edit_button)
-        if data.role == "assistant":
+        if data.role in ("assistant", "document"):
             self.regen_button = self._icon_button(
-                "regenerate", "regenerate", "Regenerate", "Write this reply again"
+                "regenerate",
+                "regenerate",
+                "Regenerate",
+                "Write this reply again"
+                if data.role == "assistant"
+                else "Write the model's last part of the text again",
             )
             header.addWidget(self.regen_button)
         self.fork_button = self._icon_button(

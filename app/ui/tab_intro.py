@@ -11,7 +11,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QWidget
 
-from app.engine.chat_template import TemplateSource
+from app.engine.chat_template import TemplateChoice, TemplateSource
 from app.session import LoadedModel
 from app.ui.wording import plural
 
@@ -39,8 +39,12 @@ BASE_STARTERS = (("Continue this text", "Once upon a time, in a small village by
 def is_base_model(model: LoadedModel) -> bool:
     """The file has no chat template and none was chosen by the user (a template the
     family expects may be in use, but the model was not trained to answer)."""
-    choice = model.chat_template
-    return choice is not None and choice.source not in (
+    return model.chat_template is not None and is_base_choice(model.chat_template)
+
+
+def is_base_choice(choice: TemplateChoice) -> bool:
+    """The template was chosen for a file without one, not by the user."""
+    return choice.source not in (
         TemplateSource.GGUF,
         TemplateSource.USER_FILE,
         TemplateSource.USER_CHOICE,

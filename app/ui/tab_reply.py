@@ -34,6 +34,8 @@ class ReplyBuffer:
         self.submitted_at = submitted_at
         self.first_token_ms: float | None = None
         self.tok_s = 0.0
+        # text completion: the document before the reply, shown with it in one widget
+        self.prefix = ""
 
     def start(self) -> None:
         """The first streamed text: generation starts."""
@@ -82,7 +84,9 @@ class ReplyBuffer:
         the oldest painted text was sampled, or None (nothing new)."""
         if not self.dirty:
             return None
-        if widget is not None:
+        if widget is not None and self.prefix:
+            widget.set_content(self.prefix + self.text())  # text completion: in place
+        elif widget is not None:
             if self.reasoning_parts:
                 widget.set_reply(self.text(), self.reasoning_text(), self.reasoning_ms)
             else:

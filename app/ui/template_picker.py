@@ -22,6 +22,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.chat_template import TemplateChoice, TemplateSource, bundled_templates
+from app.ui.tab_intro import is_base_choice as is_base_model_choice
+from app.ui.text_completion import RAW_TEMPLATE, RAW_TEXT
 
 AUTOMATIC_TEXT = "Automatic (the model's own, else by its vocabulary)"
 FILE_TEXT = "A template file…"
@@ -35,6 +37,19 @@ SOURCE_TEXTS = {
     TemplateSource.USER_FILE: "your file",
     TemplateSource.USER_CHOICE: "your choice",
 }
+
+
+RAW_TIP = (
+    "No template: a chat is one text the model continues (for base models, which were "
+    "not trained to answer)"
+)
+RAW_IN_USE = (
+    "In use: none, text completion. A chat is one text: the model continues it as it stands."
+)
+BASE_IN_USE = (
+    "In use: none, text completion: this is a base model (its file has no chat "
+    "template), so a chat is one text it continues. Choose a template to chat with it."
+)
 
 
 def in_use_text(choice: TemplateChoice | None) -> str:
@@ -79,6 +94,8 @@ class TemplatePicker(QWidget):
         try:
             self.combo.clear()
             self.combo.addItem(AUTOMATIC_TEXT, "")
+            self.combo.addItem(RAW_TEXT, RAW_TEMPLATE)
+            self.combo.setItemData(self.combo.count() - 1, RAW_TIP, 3)  # tooltip
             for name in sorted(bundled_templates()):
                 self.combo.addItem(name, name)
             if self._value and self.combo.findData(self._value) < 0:
@@ -97,7 +114,13 @@ class TemplatePicker(QWidget):
         self._value = value
         self._fill()
         self.combo.setEnabled(choice is not None)
-        self.in_use.setText(in_use_text(choice) or "No model is loaded.")
+        text = in_use_text(choice) or "No model is loaded."
+        if choice is not None and value == RAW_TEMPLATE:
+            text = RAW_IN_USE
+        elif choice is not None and not value and is_base_model_choice(choice):
+            # the automatic template is not in use: say so, and what a chat would get
+            text = f"{BASE_IN_USE} {text.replace('In use:', 'A chat would get', 1)}"
+        self.in_use.setText(text)
 
     @Slot(int)
     def _on_activated(self, index: int) -> None:
