@@ -53,7 +53,7 @@ from app.ui.status_text import IsolatedLabel
 from app.ui.tab_choices import TabChoices
 from app.ui.tab_host import TabHost
 from app.ui.tab_intro import Starters, intro_text, sharing_text, sharing_tip
-from app.ui.tab_reply import ReplyBuffer
+from app.ui.tab_reply import QUIET_S, ReplyBuffer
 from app.ui.tab_status import (
     MeterFigures,
     StatusEvent,
@@ -61,6 +61,7 @@ from app.ui.tab_status import (
     TabState,
     state_text,
     state_tip,
+    tokens_text,
 )
 from app.ui.tab_stop_strings import StopStrings
 from app.ui.tab_token_hint import TOKEN_COUNT_DELAY_MS, TOKEN_HINT_MIN_CHARS, TokenHint
@@ -571,7 +572,14 @@ class ChatTab(QWidget):
         self.update_status()
 
     def state_text(self) -> str:
-        text = state_text(self.state, self.prompt_progress, self.reply.tok_s, self.info)
+        quiet = self.reply.quiet_s() if self.generating else 0.0
+        text = state_text(
+            self.state,
+            self.prompt_progress,
+            self.reply.tok_s,
+            self.info,
+            quiet if quiet >= QUIET_S else 0.0,
+        )
         sharing = self.sharing_text()
         return f"{text} · {sharing}" if sharing else text
 
@@ -593,10 +601,10 @@ class ChatTab(QWidget):
 
     def update_status(self) -> None:
         max_tokens = self.conversation.sampling.get("max_tokens")
+        estimate = chat_token_estimate(self.branch)
+        streamed = self.reply.gen_tokens if self.generating else 0
         figures = MeterFigures.of(
-            self.info,
-            chat_token_estimate(self.branch),
-            max_tokens if isinstance(max_tokens, int) else None,
+            self.info, estimate, max_tokens if isinstance(max_tokens, int) else None, streamed
         )
         if figures.n_ctx:
             self.meter.set_figures(figures.n, figures.reserved, figures.n_ctx)
@@ -606,7 +614,13 @@ class ChatTab(QWidget):
             self.meter_label.setToolTip(tip)
         else:
             self.meter.set_figures(0, 0, 0)
-            self.meter_label.setText("no model")
+            # a server that does not say its context size: the chat's tokens, about
+            ready = self.host.model_ready()
+            self.meter_label.setText(
+                f"~{tokens_text(estimate + streamed)}" if ready else "no model"
+            )
+            tip = "The server does not say its context size; this chat's tokens, about."
+            self.meter_label.setToolTip(tip if ready else "")
         self.state_label.setText(self.state_text())
         tip = state_tip(self.state, self.info)
         if self.sharing_text():
