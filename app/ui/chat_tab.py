@@ -117,6 +117,7 @@ class ChatTab(QWidget):
         self._status_at = 0.0  # when a streaming tab's status line was last refreshed
         self.last_completion: TurnResult | None = None
         self.document_mode = False  # text completion (app.ui.text_completion)
+        self.server_failed = False  # the remote engine failed the last reply
         self.turn = TabTurn(self)
         self._stream = host.worker.stream(self.cid)
         self._stream.received.connect(self.on_event)
@@ -517,6 +518,9 @@ class ChatTab(QWidget):
     @Slot(object)
     def on_event(self, event: object) -> None:
         """This conversation's session events (on the GUI thread)."""
+        if isinstance(event, ev.TurnFinished):
+            # a remote server that failed the reply: "idle · on box" would say all is well
+            self.server_failed = bool(self.info.engine) and bool(event.result.error)
         self.turn.on_event(event)
         self.tool_turns.on_event(event)
 
@@ -580,6 +584,8 @@ class ChatTab(QWidget):
             self.info,
             quiet if quiet >= QUIET_S else 0.0,
         )
+        if self.server_failed and self.state is TabState.IDLE:
+            text = text.replace("idle", "the last reply failed (see the notice)", 1)
         sharing = self.sharing_text()
         return f"{text} · {sharing}" if sharing else text
 

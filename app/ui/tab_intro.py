@@ -6,13 +6,13 @@ and why tabs slow when they write together (:func:`sharing_text`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QWidget
 
 from app.engine.chat_template import TemplateChoice, TemplateSource
 from app.session import LoadedModel
+from app.ui.model_names import model_file_name
 from app.ui.wording import plural
 
 NO_MODEL_TEXT = (
@@ -55,7 +55,7 @@ def intro_text(model: LoadedModel | None) -> str:
     """The empty chat's text (plain, several lines)."""
     if model is None:
         return NO_MODEL_TEXT
-    lines = [Path(model.path).name]
+    lines = [model_file_name(model.path)]
     choice = model.chat_template
     if choice is not None:
         kind = (

@@ -50,7 +50,9 @@ def test_a_reply_broken_off_by_the_server_is_kept_as_cut_off_with_try_again(
     widget = tab.view.last()
     assert widget is not None and "cut off" in widget.figures.text()
     assert "stopped" not in widget.figures.text()
-    assert tab.state_label.text().startswith("idle")
+    # not "idle · on stub-box": the server failed the reply
+    state = tab.state_label.text()
+    assert state.startswith("the last reply failed") and "stub-box" in state
     # the notice stays (an error) and offers Try again
     assert tab.notice.isVisible()
     qtbot.wait(3500)
@@ -62,6 +64,17 @@ def test_a_reply_broken_off_by_the_server_is_kept_as_cut_off_with_try_again(
     replies = [m for m in window.db.get_thread(tab.cid) if m.role == "assistant"]
     assert window.db.sibling_position(replies[-1].id) == (2, 2)  # answered again
     assert replies[-1].parent_id == user.id  # (the stub drops this one too)
+
+
+def test_the_status_bar_and_the_intro_name_a_remote_model_without_local_figures(
+    qtbot: Any, make_window: Any, stub: StubServer
+) -> None:
+    window = remote_window(make_window, stub)
+    tab = window.new_tab()
+    model_text = window.status_ui.model_label.text()
+    assert model_text.startswith("stub-model · ") and " 0 " not in model_text + " "
+    assert "· 0 ·" not in model_text and "0 bytes" not in window.status_ui.memory_label.text()
+    assert tab.view._placeholder.text().splitlines()[0] == "stub-model"
 
 
 def test_a_quiet_server_is_said_and_the_meter_counts_the_streaming_reply(

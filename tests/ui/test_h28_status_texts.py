@@ -39,3 +39,13 @@ def test_a_reply_broken_off_by_a_fault_is_an_error_kept_as_cut_off() -> None:
     assert figures_text(failed).endswith("error")
     stopped = MessageData(2, "assistant", "Hello", status="stopped", finish="aborted")
     assert figures_text(stopped).endswith("stopped")
+
+
+def test_a_remote_model_is_named_by_its_file_not_its_quoted_address() -> None:
+    from app.remote.saved import address
+    from app.ui.model_names import model_file_name
+
+    assert model_file_name(address("box", "/tmp/models/served.gguf")) == "served.gguf"
+    assert model_file_name(address("box", "qwen2.5:7b")) == "qwen2.5:7b"
+    assert model_file_name(address("box", "Qwen/Qwen2.5-7B")) == "Qwen/Qwen2.5-7B"
+    assert model_file_name("/home/me/models/local.gguf") == "local.gguf"
