@@ -48,8 +48,8 @@ from app.ui.composer import Composer, ConversationSettings
 from app.ui.context_meter import ContextMeter
 from app.ui.message_bar import MessageBar
 from app.ui.message_data import MessageData
-from app.ui.message_delete import ask_delete
-from app.ui.status_text import IsolatedLabel
+from app.ui.message_delete import ask_delete, offer_after_delete
+from app.ui.status_text import ElidedLabel, IsolatedLabel
 from app.ui.tab_choices import TabChoices
 from app.ui.tab_host import TabHost
 from app.ui.tab_intro import Starters, intro_text, sharing_text, sharing_tip
@@ -66,12 +66,7 @@ from app.ui.tab_status import (
 from app.ui.tab_stop_strings import StopStrings
 from app.ui.tab_token_hint import TOKEN_COUNT_DELAY_MS, TOKEN_HINT_MIN_CHARS, TokenHint
 from app.ui.tab_turn import TabTurn
-from app.ui.text_completion import (
-    CONTINUE_TEXT,
-    CONTINUE_TIP,
-    PLACEHOLDER,
-    document_data,
-)
+from app.ui.text_completion import document_data, show_mode
 from app.ui.token_estimate import chat_token_estimate
 from app.ui.tool_picker import attach as attach_tools
 from app.ui.tool_turns import TabToolTurns
@@ -118,6 +113,7 @@ class ChatTab(QWidget):
         self.last_completion: TurnResult | None = None
         self.document_mode = False  # text completion (app.ui.text_completion)
         self.server_failed = False  # the remote engine failed the last reply
+        self.count_stale = False  # a message was deleted: the count comes with the next turn
         self.turn = TabTurn(self)
         self._stream = host.worker.stream(self.cid)
         self._stream.received.connect(self.on_event)
@@ -144,7 +140,7 @@ class ChatTab(QWidget):
         self.meter.setObjectName("context-meter")
         self.meter_label = QLabel()
         self.meter_label.setObjectName("context-label")
-        self.state_label = QLabel("idle")
+        self.state_label = ElidedLabel("idle")
         self.state_label.setObjectName("state-label")
         # a long state (a restore refusal's reason) is cut, never widens the window
         self.state_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -306,14 +302,16 @@ class ChatTab(QWidget):
         return [message_data(self.db, m) for m in self.branch]
 
     def _set_mode(self, document_mode: bool) -> None:
-        """Chat or text completion: the Send button and the composer say which."""
         self.document_mode = document_mode
-        self.send_button.setText(CONTINUE_TEXT if document_mode else "Send")
-        self.send_button.setToolTip(CONTINUE_TIP if document_mode else "")
-        if document_mode:
-            self.composer.setPlaceholderText(PLACEHOLDER)
-        else:
-            self.composer.set_enter_sends(self.composer.enter_sends)  # its own placeholder
+        show_mode(document_mode, self.send_button, self.composer)
+
+    def after_delete(self) -> None:
+        offer_after_delete(self)
+
+    def regenerate_under(self, message_id: int) -> None:
+        """A reply to ``message_id`` (the user message a delete left without one)."""
+        if not self.generating and self.host.model_ready() and self.leaf_id() == message_id:
+            self.turn.generate(message_id)
 
     def leaf_id(self) -> int | None:
         return self.branch[-1].id if self.branch else None
@@ -521,6 +519,10 @@ class ChatTab(QWidget):
         if isinstance(event, ev.TurnFinished):
             # a remote server that failed the reply: "idle · on box" would say all is well
             self.server_failed = bool(self.info.engine) and bool(event.result.error)
+            # what happened when the tab opened ("cache restored from disk") is old news
+            # once a turn has run
+            self.info = self.info.turn_started()
+            self.count_stale = False
         self.turn.on_event(event)
         self.tool_turns.on_event(event)
 
@@ -610,7 +612,11 @@ class ChatTab(QWidget):
         estimate = chat_token_estimate(self.branch)
         streamed = self.reply.gen_tokens if self.generating else 0
         figures = MeterFigures.of(
-            self.info, estimate, max_tokens if isinstance(max_tokens, int) else None, streamed
+            self.info,
+            estimate,
+            max_tokens if isinstance(max_tokens, int) else None,
+            streamed,
+            estimate_only=self.count_stale and not self.generating,
         )
         if figures.n_ctx:
             self.meter.set_figures(figures.n, figures.reserved, figures.n_ctx)
@@ -631,5 +637,6 @@ class ChatTab(QWidget):
         tip = state_tip(self.state, self.info)
         if self.sharing_text():
             tip = "\n".join(t for t in (tip, sharing_tip(self.host.loaded_model())) if t)
-        self.state_label.setToolTip(tip)
+        # the whole state where the label ends it with "…" (a narrow window)
+        self.state_label.setToolTip(tip or self.state_label.text())
         self.tools.context_changed()

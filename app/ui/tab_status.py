@@ -194,11 +194,15 @@ class MeterFigures:
         estimate: int = 0,
         max_tokens: int | None = None,
         streamed: int = 0,
+        estimate_only: bool = False,
     ) -> MeterFigures:
         """``estimate``: the chat's tokens, about (said only while the cache holds none).
         ``max_tokens``: the conversation's reply limit, for the reserve the next reply keeps
         where the engine has not fitted a turn yet (a reopened chat, a new tab).
-        ``streamed``: the tokens of the reply streaming now (0: none)."""
+        ``streamed``: the tokens of the reply streaming now (0: none). ``estimate_only``:
+        the held count is out of date (a message was deleted): the chat's, about."""
+        if estimate_only and info.n_ctx:
+            return cls(estimate, 0, info.n_ctx, info.n_dropped, about=True)
         if streamed and info.n_tokens == 0 and info.n_ctx:
             # an engine that says its figures only when the turn ends (a remote one): the
             # chat and the reply so far, about, rather than "not cached yet" all along

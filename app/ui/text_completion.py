@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from PySide6.QtWidgets import QPushButton
+
 from app.messages import document
 from app.session import LoadedModel
 from app.storage import Database, Message
 from app.ui.chat_messages import message_data
+from app.ui.composer import Composer
 from app.ui.message_data import MessageData
 from app.ui.tab_intro import is_base_model
 
@@ -35,6 +38,16 @@ CONTINUE_TIP = (
     "on from its end (with the box empty it just writes on)"
 )
 PLACEHOLDER = "Add to the text, or leave this empty: Enter lets the model write on"
+
+
+def show_mode(document_mode: bool, send: QPushButton, composer: Composer) -> None:
+    """Chat or text completion: the Send button and the composer's placeholder say which."""
+    send.setText(CONTINUE_TEXT if document_mode else "Send")
+    send.setToolTip(CONTINUE_TIP if document_mode else "")
+    if document_mode:
+        composer.setPlaceholderText(PLACEHOLDER)
+    else:
+        composer.set_enter_sends(composer.enter_sends)  # its own placeholder
 
 
 def completion_mode(model: LoadedModel | None, template_value: str) -> bool:
