@@ -319,8 +319,13 @@ class ChatTab(QWidget):
     def set_generating(self, generating: bool) -> None:
         """A turn starts or ends: Send or Stop shows, the tab's title and the window follow."""
         self.generating = generating
+        sent_by_button = generating and self.send_button.hasFocus()
         self.send_button.setVisible(not generating)
         self.stop_button.setVisible(generating)
+        if sent_by_button:
+            # the hidden Send's focus went on to Stop and typing went nowhere: the message
+            # box takes it (Esc there stops the reply)
+            self.composer.setFocus(Qt.FocusReason.OtherFocusReason)
         self.titleChanged.emit()
         self.host.tab_state_changed(self.cid)
 

@@ -39,7 +39,7 @@ from app.ui.message_icons import action_icon, blank_icon
 from app.ui.reasoning_block import ReasoningBlock
 from app.ui.stream_chunks import CHUNK_CHARS, cut_point, fence_after, join_html, soft_cut_point
 from app.ui.text_label import TextLabel
-from app.ui.theme import DARK_COLORS, LIGHT_COLORS, chat_colors
+from app.ui.theme import DARK_COLORS, LIGHT_COLORS, chat_colors, set_muted
 from app.ui.tool_call_block import ToolCallList
 
 ACTION_SIZE = 24
@@ -199,7 +199,7 @@ class MessageWidget(QFrame):
         font = self.figures.font()
         font.setPointSizeF(max(6.0, font.pointSizeF() * 0.85))
         self.figures.setFont(font)
-        self.figures.setEnabled(False)  # the palette's muted text colour
+        set_muted(self.figures, dark)
         layout.addWidget(self.figures)
         self._apply_colors()
         self.refresh()
@@ -310,6 +310,7 @@ class MessageWidget(QFrame):
             f"QLabel {{ color: {c.editing_border}; font-weight: bold; }}"
         )
         card.update()
+        set_muted(self.figures, self._dark)
         self.avatar.set_dark(self._dark)
         self._update_actions()
 
