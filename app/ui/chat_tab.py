@@ -524,9 +524,9 @@ class ChatTab(QWidget):
         if isinstance(event, ev.TurnFinished):
             # a remote server that failed the reply: "idle · on box" would say all is well
             self.server_failed = bool(self.info.engine) and bool(event.result.error)
-            # what happened when the tab opened ("cache restored from disk") is old news
-            # once a turn has run
-            self.info = self.info.turn_started()
+            # "cache restored from disk" is old news once a turn has used it (a re-read
+            # cache's note stays for this turn: it says why the turn was slow)
+            self.info = self.info.restore_used()
             self.count_stale = False
         self.turn.on_event(event)
         self.tool_turns.on_event(event)

@@ -99,8 +99,8 @@ class MessageWidget(QFrame):
         outer.setSpacing(10)
         self.avatar = Avatar(data.role, dark, self)
         outer.addWidget(self.avatar, 0, Qt.AlignmentFlag.AlignTop)
-        # text completion's document: one text, no speaker
-        self.avatar.setVisible(data.role != "document")
+        if data.role == "document":  # text completion's document: one text, no speaker
+            self.avatar.hide()
         self.card = _Card(self)
         outer.addWidget(self.card, 1)
         layout = QVBoxLayout(self.card)
@@ -112,7 +112,10 @@ class MessageWidget(QFrame):
         self.role_label = QLabel(f"<b>{ROLE_NAMES.get(data.role, data.role)}</b>")
         self.role_label.setObjectName("role")
         header.addWidget(self.role_label)
-        self.role_label.setVisible(data.role != "document")
+        if data.role == "document":
+            # hide() only: a show() here, before the header is in a laid-out widget, made
+            # the label a window of its own and took the focus from the main window
+            self.role_label.hide()
         self.editing_tag = QLabel("Editing")
         self.editing_tag.setObjectName("editing-tag")
         self.editing_tag.setToolTip("This message is in the composer below: send or cancel")

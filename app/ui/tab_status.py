@@ -98,6 +98,10 @@ class TabFigures:
         """What happened when the tab opened is old news once it has answered."""
         return replace(self, restored=None, parked=None, restore_error=None)
 
+    def restore_used(self) -> TabFigures:
+        """A turn ran on the restored cache: that it came from disk is not news now."""
+        return replace(self, restored=None)
+
     def restore_unused(self, n_to_process: int) -> bool:
         """Whether a turn that re-reads ``n_to_process`` tokens did without the restored
         cache: it re-reads at least half of what the cache held (old messages dropped,

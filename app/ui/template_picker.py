@@ -89,11 +89,11 @@ class TemplatePicker(QWidget):
         self.in_use.setObjectName("chat-template-in-use")
         self.in_use.setWordWrap(True)
         layout.addWidget(self.in_use)
-        self.view_button = QPushButton("View the template…")
+        self.view_button = QPushButton("View…")
         self.view_button.setObjectName("chat-template-view")
         self.view_button.setToolTip("The Jinja text of the template in use (read only)")
         self.view_button.clicked.connect(self.view_template)
-        layout.addWidget(self.view_button, 0, Qt.AlignmentFlag.AlignLeft)
+        row.addWidget(self.view_button)  # beside the choice: the panel keeps its height
         self._choice: TemplateChoice | None = None
         self.viewer: QDialog | None = None
         self._value = ""

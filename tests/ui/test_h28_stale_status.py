@@ -83,7 +83,9 @@ def test_deleting_the_last_reply_updates_the_meter_and_offers_an_answer(
     assert reply is not None and reply.data.role == "assistant"
     qtbot.mouseClick(reply.delete_button, Qt.MouseButton.LeftButton)
     box = question(qtbot, tab)
-    box.findChild(QPushButton, "delete-message-confirm").click()
+    confirm = box.findChild(QPushButton, "delete-message-confirm")
+    assert confirm is not None
+    confirm.click()
     qtbot.waitUntil(lambda: len(tab.branch) == 1, timeout=5000)
     assert tab.meter_label.text() != counted and tab.meter_label.text().startswith("~")
     assert tab.notice.isVisible() and tab.notice.label.text() == HANGING
