@@ -19,7 +19,7 @@ from app.engine.threads import machine_cores
 from app.session import FinishReason
 from app.ui.tab_intro import intro_text, sharing_text
 from app.ui.tab_stop_strings import decode_line, encode_string, parse_lines
-from app.ui.template_picker import AUTOMATIC_TEXT, in_use_text
+from app.ui.template_picker import AUTOMATIC_TEXT, BASE_IN_USE, in_use_text
 from tests.engine.test_template_choice import write_gemma_vocab_model
 from tests.ui.conftest import ENDLESS_GRAMMAR, send, set_sampling, wait_idle
 
@@ -53,7 +53,10 @@ def test_a_base_model_says_which_template_it_got_and_why(
     panel = open_panel(qtbot, window)
     picker = panel.template_picker
     assert picker.combo.currentText() == AUTOMATIC_TEXT
-    assert picker.in_use.text() == in_use_text(choice)
+    # a base model completes text (issue 28): the template a chat would get is said too
+    assert picker.in_use.text() == f"{BASE_IN_USE} {in_use_text(choice)}".replace(
+        "In use: gemma", "A chat would get gemma"
+    )
     assert "built-in, chosen by the vocabulary" in picker.in_use.text()
 
 
