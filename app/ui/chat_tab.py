@@ -53,6 +53,7 @@ from app.ui.status_text import ElidedLabel, IsolatedLabel
 from app.ui.tab_choices import TabChoices
 from app.ui.tab_host import TabHost
 from app.ui.tab_intro import Starters, intro_text, sharing_text, sharing_tip
+from app.ui.tab_notes import note_event
 from app.ui.tab_reply import QUIET_S, ReplyBuffer
 from app.ui.tab_status import (
     MeterFigures,
@@ -521,13 +522,7 @@ class ChatTab(QWidget):
     @Slot(object)
     def on_event(self, event: object) -> None:
         """This conversation's session events (on the GUI thread)."""
-        if isinstance(event, ev.TurnFinished):
-            # a remote server that failed the reply: "idle · on box" would say all is well
-            self.server_failed = bool(self.info.engine) and bool(event.result.error)
-            # "cache restored from disk" is old news once a turn has used it (a re-read
-            # cache's note stays for this turn: it says why the turn was slow)
-            self.info = self.info.restore_used()
-            self.count_stale = False
+        note_event(self, event)
         self.turn.on_event(event)
         self.tool_turns.on_event(event)
 

@@ -33,6 +33,7 @@ class Composer(QPlainTextEdit):
     def __init__(self, parent: QWidget | None = None, enter_sends: bool = True) -> None:
         super().__init__(parent)
         self.enter_sends = enter_sends
+        self.placeholder = ""  # a mode's own placeholder ("": the message box's)
         self.set_enter_sends(enter_sends)
         self.setTabChangesFocus(True)
         self.document().setDocumentMargin(6)
@@ -50,6 +51,9 @@ class Composer(QPlainTextEdit):
 
     def set_enter_sends(self, enter_sends: bool) -> None:
         self.enter_sends = enter_sends
+        if self.placeholder:  # text completion's (app.ui.text_completion)
+            self.setPlaceholderText(self.placeholder)
+            return
         self.setPlaceholderText(
             "Write a message… (Enter sends, Shift+Enter for a new line)"
             if enter_sends

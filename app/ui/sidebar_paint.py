@@ -33,8 +33,20 @@ from app.ui.sidebar_model import (
     SubtitleRole,
     split_marks,
 )
+from app.ui.wording import FORK_SUFFIX
 
 # -- the pin icon ------------------------------------------------------------------------
+
+
+def elide_title(title: str, metrics: QFontMetrics, width: int) -> str:
+    """``title`` cut with "…" to ``width``; a fork's " (fork)" stays in view (cut at the
+    end, a fork's row looked exactly like its original's)."""
+    suffix = FORK_SUFFIX if title.endswith(FORK_SUFFIX) else ""
+    if not suffix or metrics.horizontalAdvance(title) <= width:
+        return metrics.elidedText(title, Qt.TextElideMode.ElideRight, width)
+    room = max(0, width - metrics.horizontalAdvance(suffix))
+    base = title[: len(title) - len(suffix)]
+    return metrics.elidedText(base, Qt.TextElideMode.ElideRight, room) + suffix
 
 
 def paint_pin(painter: QPainter, rect: QRect, color: QColor) -> None:
@@ -170,7 +182,7 @@ class RowDelegate(QStyledItemDelegate):
         painter.drawText(
             rect.x(),
             rect.y() + title_metrics.ascent(),
-            title_metrics.elidedText(title, Qt.TextElideMode.ElideRight, right - rect.x()),
+            elide_title(title, title_metrics, right - rect.x()),
         )
         painter.setPen(muted)
         baseline = rect.y() + title_metrics.height() + self.GAP + sub_metrics.ascent()

@@ -101,6 +101,10 @@ class ReplyBuffer:
         painted, self.oldest_unpainted = self.oldest_unpainted, None
         return painted
 
+    def heard(self) -> None:
+        """The engine sent something that is not text (a tool call's arguments)."""
+        self.last_text_at = time.perf_counter()
+
     def quiet_s(self) -> float:
         """Seconds since the last streamed text (0: none came yet)."""
         return time.perf_counter() - self.last_text_at if self.last_text_at else 0.0

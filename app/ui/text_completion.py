@@ -44,10 +44,8 @@ def show_mode(document_mode: bool, send: QPushButton, composer: Composer) -> Non
     """Chat or text completion: the Send button and the composer's placeholder say which."""
     send.setText(CONTINUE_TEXT if document_mode else "Send")
     send.setToolTip(CONTINUE_TIP if document_mode else "")
-    if document_mode:
-        composer.setPlaceholderText(PLACEHOLDER)
-    else:
-        composer.set_enter_sends(composer.enter_sends)  # its own placeholder
+    composer.placeholder = PLACEHOLDER if document_mode else ""
+    composer.set_enter_sends(composer.enter_sends)
 
 
 def completion_mode(model: LoadedModel | None, template_value: str) -> bool:

@@ -23,12 +23,12 @@ from app.storage import Tab
 from app.storage.export import ExportFormat
 from app.ui.chat_tab import ChatTab, chat_messages
 from app.ui.window_conversations import PURGE_AFTER_S
+from app.ui.wording import FORK_SUFFIX
 
 if TYPE_CHECKING:
     from app.ui.window_protocols import TabsWindow
 
 TAB_TITLE_CHARS = 24
-FORK_SUFFIX = " (fork)"
 
 
 def tab_label(title: str, limit: int = TAB_TITLE_CHARS) -> str:

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import re
 
+# The end of a fork's title (storage's fork_conversation writes it): kept in view wherever
+# a title is cut, or a fork looks exactly like its original.
+FORK_SUFFIX = " (fork)"
+
 _CODE = re.compile(r"`([^`\n]+)`")
 
 

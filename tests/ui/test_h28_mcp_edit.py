@@ -16,6 +16,13 @@ from tests.mcp.servers import SERVER_SCRIPT
 from tests.ui.test_mcp_page import _page, _top, _wait
 
 
+def servers_in(home: Path) -> dict[str, Any]:
+    data = json.loads((home / "mcp.json").read_text(encoding="utf-8"))
+    servers = data["mcpServers"]
+    assert isinstance(servers, dict)
+    return servers
+
+
 def test_a_server_is_edited_in_place_and_removed_only_when_confirmed(
     qtbot: Any, make_window: Any, home: Path
 ) -> None:
@@ -48,9 +55,10 @@ def test_a_server_is_edited_in_place_and_removed_only_when_confirmed(
     assert isinstance(name, QLineEdit)
     name.setText("fancy")
     dialog.save_button.click()
-    qtbot.waitUntil(lambda: "Saved 'renamed'" in page.status.text(), timeout=10000)
+    # (the status says "Saved", then the test of the saved server: wait for the file)
+    qtbot.waitUntil(lambda: set(servers_in(home)) == {"renamed"}, timeout=30000)
     _wait(qtbot, page)
-    servers = json.loads((home / "mcp.json").read_text(encoding="utf-8"))["mcpServers"]
+    servers = servers_in(home)
     assert set(servers) == {"renamed"}  # replaced, not added beside
     assert servers["renamed"]["env"] == {"MODE": "fancy"}
     secrets = (home / "mcp-secrets.json").read_text(encoding="utf-8")
@@ -64,4 +72,4 @@ def test_a_server_is_edited_in_place_and_removed_only_when_confirmed(
     question.button(QMessageBox.StandardButton.Cancel).click()
     qtbot.waitUntil(lambda: page.remove_question() is None, timeout=3000)
     _wait(qtbot, page)
-    assert "renamed" in json.loads((home / "mcp.json").read_text(encoding="utf-8"))["mcpServers"]
+    assert "renamed" in servers_in(home)

@@ -49,3 +49,17 @@ def test_a_remote_model_is_named_by_its_file_not_its_quoted_address() -> None:
     assert model_file_name(address("box", "qwen2.5:7b")) == "qwen2.5:7b"
     assert model_file_name(address("box", "Qwen/Qwen2.5-7B")) == "Qwen/Qwen2.5-7B"
     assert model_file_name("/home/me/models/local.gguf") == "local.gguf"
+
+
+def test_a_tool_call_being_written_is_not_a_quiet_stream() -> None:
+    import time
+
+    from app.ui.tab_reply import QUIET_S, ReplyBuffer
+
+    reply = ReplyBuffer()
+    assert reply.quiet_s() == 0.0  # nothing came yet: not "quiet"
+    reply.add_answer("Hello", 1, time.perf_counter())
+    reply.last_text_at -= QUIET_S + 1  # as if the text stopped a while ago
+    assert reply.quiet_s() >= QUIET_S
+    reply.heard()  # a ToolCallStreamed (the tab notes it: app.ui.tab_notes)
+    assert reply.quiet_s() < QUIET_S

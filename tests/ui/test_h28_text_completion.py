@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 
 from app.messages import document
 from app.ui.template_picker import TemplatePicker
-from app.ui.text_completion import CONTINUE_TEXT, RAW_TEMPLATE, RAW_TEXT
+from app.ui.text_completion import CONTINUE_TEXT, PLACEHOLDER, RAW_TEMPLATE, RAW_TEXT
 from tests.support.gguf_models import TinySpec, write_tiny_model
 from tests.ui.conftest import WORDS_GRAMMAR, send, set_sampling, wait_idle
 
@@ -35,6 +35,8 @@ def test_a_base_model_continues_the_document_in_place(
     tab = window.new_tab()
     assert tab.document_mode  # the file has no chat template: text completion
     assert tab.send_button.text() == CONTINUE_TEXT
+    # the window applies the Enter preference after making the tab: the mode's text stays
+    assert tab.composer.placeholderText() == PLACEHOLDER
     words(tab)
     opening = "Once upon a time"
     send(qtbot, tab, opening)

@@ -152,3 +152,19 @@ def test_one_arrow_on_the_picker_and_no_models_yet_under_a_loaded_model(
     assert manager is not None
     qtbot.waitUntil(lambda: "Loaded now" in manager._empty_label.text(), timeout=10000)
     assert "No models yet" not in manager._empty_label.text()
+
+
+def test_a_fork_keeps_its_mark_in_the_list_when_its_title_is_cut(qtbot: Any) -> None:
+    from PySide6.QtGui import QFontMetrics
+    from PySide6.QtWidgets import QApplication
+
+    from app.ui.sidebar_paint import elide_title
+
+    metrics = QFontMetrics(QApplication.font())
+    title = "How do I keep a desk tidy, in Python, with a long question (fork)"
+    width = metrics.horizontalAdvance("How do I keep a desk tidy (fork)")
+    shown = elide_title(title, metrics, width)
+    assert shown.endswith("… (fork)") and metrics.horizontalAdvance(shown) <= width
+    original = elide_title(title.removesuffix(" (fork)"), metrics, width)
+    assert original != shown and "(fork)" not in original
+    assert elide_title("Short (fork)", metrics, 1000) == "Short (fork)"
