@@ -45,7 +45,7 @@ def register(sub: Any) -> None:
         "this machine's devices (and --rpc workers).",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    from app.engine_cli import add_device_args
+    from app.cli_flags import add_device_args
 
     add_device_args(p, "devices (the plan shown for each model)")
     p.set_defaults(func=cmd_models)

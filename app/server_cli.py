@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from app import engine_cli, remote_cli
-from app.engine_cli import add_schema_args, context_settings, default_model_path
+from app.cli_flags import RUN_MODEL, add_device_args, add_schema_args
+from app.engine_cli import context_settings, default_model_path
 from app.errors import LlamaDeskError
 from app.settings_schema import CONTEXT_FIELDS
 
@@ -90,8 +91,8 @@ def register(sub: Any) -> None:
         help="keep API conversations and caches in memory only (not in the app's database)",
     )
     add_schema_args(p.add_argument_group("context"), SERVE_CONTEXT)
-    add_schema_args(p.add_argument_group("model"), engine_cli.RUN_MODEL)
-    engine_cli.add_device_args(p)  # where the layers go; --rpc: see cmd_serve
+    add_schema_args(p.add_argument_group("model"), RUN_MODEL)
+    add_device_args(p)  # where the layers go; --rpc: see cmd_serve
     remote_cli.add_serve_args(p)  # serve --remote URL: app/remote_cli.py
     p.set_defaults(func=cmd_serve)
 

@@ -226,16 +226,16 @@ def test_run_with_a_grammar_gives_reasoning_apart(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", ["run", "bench"])
 def test_help_shows_the_schema(command: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from app import engine_cli
+    from app import cli_flags
     from app.cli import build_parser
 
     with pytest.raises(SystemExit):
         build_parser().parse_args([command, "--help"])
     text = "".join(capsys.readouterr().out.split())  # argparse wraps the lines
     specs = (
-        (*engine_cli.RUN_SAMPLING, *engine_cli.RUN_CONTEXT)
+        (*cli_flags.RUN_SAMPLING, *cli_flags.RUN_CONTEXT)
         if command == "run"
-        else engine_cli.BENCH_CONTEXT
+        else cli_flags.BENCH_CONTEXT
     )
     for spec in specs:
         assert spec.cli is not None
