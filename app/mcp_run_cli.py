@@ -9,6 +9,15 @@ remembered ("always" is the window's, bound to the server's command or URL).
 
 ``--tool-choice required`` (or a tool's name) forces the first reply to be a call; the
 next replies may call or answer (``auto``), so a forced choice cannot loop.
+
+``--allow`` names a tool as ``SERVER.TOOL``, or by its name alone where only one server has
+a tool of that name (a name two servers share is refused with a sentence: allowing one
+server's ``echo`` must not run another's). A tool whose schema cannot be turned into a
+grammar is left out with a warning naming it (the others still work). Each result goes
+to the model cut to ``--max-tool-result`` characters, with a note saying it was cut.
+
+With ``--remote URL`` the remote server answers (and makes the call grammar); nothing is
+stored.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import json
 import queue
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +38,7 @@ if TYPE_CHECKING:
 
 # (the MCP SDK and anyio load only for a run with --mcp: every other command starts fast)
 DEFAULT_MAX_ROUNDS = 8  # app.mcp.loop_guard's, checked equal by tests/mcp/test_run_mcp.py
+DEFAULT_MAX_RESULT_CHARS = 16_000  # app.mcp.client's, checked equal by tests/mcp
 
 __all__ = ["add_run_args", "cmd_run_mcp"]
 
@@ -49,8 +60,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
         "--allow",
         metavar="NAME,...",
         default="",
-        help="tools that run without asking (NAME or SERVER.NAME); others are asked about on "
-        "a terminal and refused without one",
+        help="tools that run without asking: SERVER.TOOL, or TOOL where only one server has "
+        "a tool of that name; others are asked about on a terminal and refused without one",
     )
     group.add_argument(
         "--tool-choice",
@@ -65,6 +76,15 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"at most N rounds of tool calls (default {DEFAULT_MAX_ROUNDS})",
     )
+    group.add_argument(
+        "--max-tool-result",
+        type=int,
+        default=None,
+        metavar="CHARS",
+        help="the model reads at most this many characters of a tool's result, then a note "
+        f"that it was cut (default: half the context's tokens, at most "
+        f"{DEFAULT_MAX_RESULT_CHARS:,})",
+    )
 
 
 def check_without_mcp(args: argparse.Namespace) -> None:
@@ -78,6 +98,7 @@ def check_without_mcp(args: argparse.Namespace) -> None:
             ("--mcp-allow-insecure-http", args.mcp_allow_insecure_http),
             ("--tool-choice", args.tool_choice != "auto"),
             ("--max-rounds", args.max_rounds != DEFAULT_MAX_ROUNDS),
+            ("--max-tool-result", args.max_tool_result is not None),
         )
         if used
     ]
@@ -85,18 +106,40 @@ def check_without_mcp(args: argparse.Namespace) -> None:
         raise LlamaDeskError(f"{', '.join(given)} needs --mcp FILE (the MCP servers' tools).")
 
 
-def _allowed(names: str) -> frozenset[str]:
-    return frozenset(n.strip() for n in names.split(",") if n.strip())
+def allowed_tools(names: str, tools: Iterable[tuple[str, str]]) -> frozenset[tuple[str, str]]:
+    """The (server, tool) pairs ``--allow`` names among ``tools`` (the connected servers'
+    pairs). ``SERVER.TOOL`` names one; a bare ``TOOL`` names the one server's tool of that
+    name and is refused with a sentence when several servers have one. A name that matches
+    no tool is said on stderr (a typo must not pass silently)."""
+    pairs = sorted(set(tools))
+    out: set[tuple[str, str]] = set()
+    for name in (n.strip() for n in names.split(",")):
+        if not name:
+            continue
+        qualified = [p for p in pairs if f"{p[0]}.{p[1]}" == name]
+        if qualified:
+            out.update(qualified)
+            continue
+        bare = [p for p in pairs if p[1] == name]
+        if len(bare) > 1:
+            servers = " and ".join(f"'{server}'" for server, _ in bare)
+            raise LlamaDeskError(
+                f"--allow {name}: the servers {servers} each have a tool '{name}'; name the "
+                f"one to allow as SERVER.TOOL (e.g. {bare[0][0]}.{name})."
+            )
+        if not bare:
+            sys.stderr.write(f"[tools] --allow {name}: no connected server has that tool.\n")
+        out.update(bare)
+    return frozenset(out)
 
 
-def _asker(allowed: frozenset[str], interactive: bool) -> Any:
+def _asker(allowed: frozenset[tuple[str, str]], interactive: bool) -> Any:
     import anyio.to_thread
 
     from app.mcp.approval import Decision
 
     async def ask(request: ApprovalRequest) -> Decision:
-        names = {request.tool, f"{request.server}.{request.tool}"}
-        if names & allowed:
+        if (request.server, request.tool) in allowed:
             return Decision.ALLOW_ONCE
         if not interactive:
             sys.stderr.write(
@@ -131,6 +174,30 @@ def cmd_run_mcp(
     own, from its flags)."""
     import anyio
 
+    config = _checked_config(args)
+    return anyio.run(_run, args, str(path), prompt, config, sampling, reasoning, settings, None)
+
+
+def cmd_run_mcp_remote(
+    args: argparse.Namespace, loader: Any, prompt: str, sampling: Any, reasoning: Any
+) -> int:
+    """``run --remote URL --mcp FILE``: the same turn, answered by the remote server
+    (``loader``: its :class:`~app.remote.RemoteLoader`); the tools go in its requests."""
+    import anyio
+
+    from app.engine import ContextSettings
+
+    if args.conversation is not None:
+        raise LlamaDeskError(
+            "--conversation cannot be combined with --mcp (a run with tools stores nothing)."
+        )
+    config = _checked_config(args)
+    model = loader.conn.model or ""
+    settings = ContextSettings()
+    return anyio.run(_run, args, model, prompt, config, sampling, reasoning, settings, loader)
+
+
+def _checked_config(args: argparse.Namespace) -> Any:
     from app.mcp.config import load_config
 
     config = load_config(Path(args.mcp))
@@ -138,22 +205,28 @@ def cmd_run_mcp(
         config = config.allowing_insecure_http()
     if args.max_rounds < 1:
         raise LlamaDeskError(f"--max-rounds must be at least 1, not {args.max_rounds}.")
-    return anyio.run(_run, args, path, prompt, config, sampling, reasoning, settings)
+    if args.max_tool_result is not None and args.max_tool_result < 100:
+        raise LlamaDeskError(
+            f"--max-tool-result must be at least 100 characters, not {args.max_tool_result}."
+        )
+    return config
 
 
 async def _run(
     args: argparse.Namespace,
-    path: Path,
+    model: str,
     prompt: str,
     config: Any,
     sampling: Any,
     reasoning: Any,
     settings: Any,
+    loader: Any,
 ) -> int:
     import anyio.to_thread
 
     from app.engine.tool_calls import ToolSpecError, tool_specs
     from app.engine.tool_calls.request import ToolChoiceMode, ToolRequest
+    from app.engine.tool_calls.usable import usable_tools
     from app.mcp.approval import ApprovalPolicy
     from app.mcp.client import McpManager
     from app.mcp.host import ModelCall, ToolHost
@@ -162,12 +235,13 @@ async def _run(
     from app.session import events as ev
 
     events: queue.SimpleQueue[Any] = queue.SimpleQueue()
-    session = Session(stream_interval_s=0.0, name="llamadesk-run-mcp")
+    session = Session(stream_interval_s=0.0, name="llamadesk-run-mcp", loader=loader)
     out: dict[str, Any] = {"rounds": []}
+    failed = False
     try:
         session.subscribe_session(events.put)
         session.subscribe(_CID, events.put)
-        session.load_model(str(path), settings, fallback=False)
+        session.load_model(model, settings, fallback=False)
 
         def until(kinds: tuple[type, ...], turn: Any = None) -> Any:
             while True:
@@ -196,16 +270,20 @@ async def _run(
             with tempfile.TemporaryDirectory() as folder:
                 # Nothing remembered: only --allow and this run's answers count.
                 policy = ApprovalPolicy(Path(folder) / "permissions.json")
-                host = ToolHost(manager, policy)
+                host = ToolHost(manager, policy, max_result_chars=_result_bound(args, loaded))
+                offered, warnings = usable_tools(host.openai_tools())
+                for warning in warnings:
+                    sys.stderr.write(f"[tools] {warning}\n")
                 try:
-                    specs = tool_specs(host.openai_tools())
+                    specs = tool_specs(offered)
                     choice: Any = args.tool_choice
                     if choice not in ("auto", "none", "required"):
                         choice = {"type": "function", "function": {"name": choice}}
-                    request = ToolRequest.from_openai(host.openai_tools(), choice, False)
+                    request = ToolRequest.from_openai(offered, choice, False)
                 except ToolSpecError as exc:
                     raise LlamaDeskError(str(exc)) from None
-                ask = _asker(_allowed(args.allow), sys.stdin.isatty())
+                pairs = [(t.server, t.name) for s in manager.statuses for t in s.tools]
+                ask = _asker(allowed_tools(args.allow, pairs), sys.stdin.isatty())
                 guard = LoopGuard(max_rounds=args.max_rounds)
                 history = [ChatMessage("user", prompt)]
                 while True:
@@ -226,6 +304,11 @@ async def _run(
                     if result.finish_reason is not FinishReason.TOOL_CALLS:
                         out["text"] = result.text
                         out["finish_reason"] = result.finish_reason.value
+                        cut = _cut_call(result, request)
+                        if cut:
+                            out["error"] = cut
+                            sys.stderr.write(f"[tools] {cut}\n")
+                            failed = True
                         break
                     calls = [
                         ModelCall(c.call_id, c.name, _object(c.parsed_arguments()))
@@ -235,6 +318,7 @@ async def _run(
                         sys.stderr.write(
                             f"[tools] {call.name} {json.dumps(dict(call.arguments))}\n"
                         )
+                    arguments = {c.call_id: dict(c.arguments) for c in calls}
                     done = await host.run_round(calls, ask, guard)
                     history.append(
                         ChatMessage("assistant", result.text, tool_calls=result.tool_calls)
@@ -255,6 +339,7 @@ async def _run(
                         record.append(
                             {
                                 "name": message.name,
+                                "arguments": arguments.get(message.call_id, {}),
                                 "server": message.server,
                                 "outcome": message.result.outcome.value,
                                 "result": message.content,
@@ -275,7 +360,37 @@ async def _run(
         print(json.dumps(out, ensure_ascii=False))
     else:
         sys.stdout.write("\n")
-    return 0
+    return 1 if failed else 0
+
+
+def _result_bound(args: argparse.Namespace, loaded: Any) -> int:
+    """How many characters of a result the model reads: ``--max-tool-result``, else half
+    the context in characters (a token is a character or more; a result that fills the
+    context ends the turn instead of informing it), at most the default."""
+    if args.max_tool_result is not None:
+        return int(args.max_tool_result)
+    n_ctx = int(getattr(loaded.model, "n_ctx_seq", 0) or 0)
+    if n_ctx <= 0:  # an engine that does not say (remote): the default
+        return DEFAULT_MAX_RESULT_CHARS
+    return max(1000, min(DEFAULT_MAX_RESULT_CHARS, n_ctx // 2))
+
+
+def _cut_call(result: Any, request: Any) -> str:
+    """The sentence for a reply that ran out of tokens while writing a call ("" when it
+    did not): a forced reply is a call, and an ``auto`` one that started a call it did
+    not finish has a sentence for it in ``tool_errors``."""
+    from app.engine.tool_calls.request import ToolChoiceMode
+    from app.session import FinishReason
+
+    if result.finish_reason is not FinishReason.LENGTH:
+        return ""
+    forced = request.mode in (ToolChoiceMode.REQUIRED, ToolChoiceMode.NAMED)
+    if forced or result.tool_calls or result.tool_errors:
+        return (
+            f"The reply reached the token limit ({result.n_tokens:,} tokens, -n) while "
+            "writing a tool call, so the call was not made; raise -n."
+        )
+    return ""
 
 
 def _object(value: Any) -> dict[str, Any]:

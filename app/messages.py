@@ -147,3 +147,11 @@ def history(thread: Iterable[StoredMessage]) -> tuple[ChatMessage, ...]:
     return tuple(
         m for m in messages if not (m.role == "assistant" and not m.content and not m.tool_calls)
     )
+
+
+def document(thread: Iterable[StoredMessage]) -> str:
+    """A stored thread as one text, for text completion (a base model continues a text):
+    what the user wrote and what the model wrote, joined as they stand, no template and
+    no separators (a continuation goes on mid-sentence); tool and system messages are
+    not part of a document."""
+    return "".join(m.content for m in thread if m.role in ("user", "assistant"))

@@ -172,6 +172,7 @@ def cmd_run_remote(args: argparse.Namespace, params: SamplingParams) -> int:
     """See the module docstring; ``params``: the run's sampling flags, checked. Exit 0 on a
     whole reply, 1 when it failed or stopped part-way (what came is stored and printed,
     the sentence on stderr and in the JSON)."""
+    from app import mcp_run_cli
     from app.engine import ContextSettings
     from app.engine.chat_template import ReasoningEffort, ReasoningOptions
     from app.engine.reasoning import Channel
@@ -181,6 +182,7 @@ def cmd_run_remote(args: argparse.Namespace, params: SamplingParams) -> int:
     from app.storage import Database
 
     _refuse_local_flags(args)
+    mcp_run_cli.check_without_mcp(args)
     conn = _connection(args)
     prompt = _prompt(args)
     reasoning = ReasoningOptions(
@@ -188,6 +190,8 @@ def cmd_run_remote(args: argparse.Namespace, params: SamplingParams) -> int:
         effort=ReasoningEffort(args.reasoning_effort) if args.reasoning_effort else None,
     )
     loader = RemoteLoader(conn)
+    if args.mcp is not None:  # the MCP servers' tools go in the remote server's requests
+        return mcp_run_cli.cmd_run_mcp_remote(args, loader, prompt, params, reasoning)
     with Database.open() as db:
         # a stored conversation is checked before the server is asked anything
         stored = db.get_conversation(args.conversation) if args.conversation is not None else None

@@ -101,12 +101,13 @@ def main() -> int:
     sampler = llama_cpp.llama_sampler_init_greedy()
     pieces = []
     buf = ctypes.create_string_buffer(256)
-    for _ in range(args.n):
+    for i in range(args.n):
         tok = llama_cpp.llama_sampler_sample(sampler, ctx, -1)
         n = llama_cpp.llama_token_to_piece(vocab, tok, buf, len(buf), 0, True)
         pieces.append(buf.raw[: max(0, n)])
-        _decode(ctx, [tok], n_past, 1)
-        n_past += 1
+        if i + 1 < args.n:  # the last token needs no decode (nothing is sampled after it)
+            _decode(ctx, [tok], n_past, 1)
+            n_past += 1
     sys.stdout.write(b"".join(pieces).decode("utf-8", "replace") + "\n")
     llama_cpp.llama_sampler_free(sampler)
     llama_cpp.llama_free(ctx)

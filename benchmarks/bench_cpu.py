@@ -106,6 +106,8 @@ def model_path(model: BenchModel) -> Path:
     if not model.f16_path.exists():
         _replace_atomically(model.f16_path, lambda p: write_f16(p, model.spec))
     if model.name != "f16":
+        import ctypes
+
         import llama_cpp
 
         def quantize(target: Path) -> None:
@@ -113,7 +115,7 @@ def model_path(model: BenchModel) -> Path:
             params.ftype = _FTYPES[model.name]
             params.nthread = os.cpu_count() or 1
             code = llama_cpp.llama_model_quantize(
-                str(model.f16_path).encode(), str(target).encode(), llama_cpp.byref(params)
+                str(model.f16_path).encode(), str(target).encode(), ctypes.byref(params)
             )
             if code != 0:
                 raise RuntimeError(f"llama_model_quantize failed with code {code}")
@@ -130,12 +132,12 @@ def _quiet_llama_log() -> None:
 
     import llama_cpp
 
-    @ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
     def ignore(_level: int, _text: bytes, _data: ctypes.c_void_p) -> None:
         return None
 
-    _quiet_llama_log.keep = ignore  # type: ignore[attr-defined]  # alive while llama logs
-    llama_cpp.llama_log_set(ignore, ctypes.c_void_p(0))
+    callback = llama_cpp.llama_log_callback(ignore)
+    _quiet_llama_log.keep = callback  # type: ignore[attr-defined]  # alive while llama logs
+    llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
 
 
 def bare_child(model: Path, seconds: float) -> dict[str, Any]:

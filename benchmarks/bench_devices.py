@@ -177,7 +177,8 @@ def main() -> int:
         worker.stop()
 
     def median(rows: list[dict[str, Any]], key: str) -> float:
-        return round(statistics.median(r[key] for r in rows), 2)
+        values: list[float] = [r[key] for r in rows]  # the rows hold JSON
+        return round(statistics.median(values), 2)
 
     result: dict[str, Any] = {
         "model": str(model),

@@ -34,8 +34,8 @@ import llama_cpp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.engine.backend import ensure_backend
 from app.engine.metadata import ModelInfo, read_model_info
-from app.engine.model import ensure_backend
 from tests.support.big_vocab import bpe_vocab, write_big_vocab_model
 from tests.support.gguf_reference import reference_model_info
 

@@ -17,6 +17,7 @@ generation early and every measurement produces the same number of tokens.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import sys
 import time
@@ -138,7 +139,7 @@ def quantize_q4_0(src: Path, dst: Path, nthread: int = 2) -> None:
     params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0
     params.nthread = nthread
     code = llama_cpp.llama_model_quantize(
-        str(src).encode(), str(dst).encode(), llama_cpp.byref(params)
+        str(src).encode(), str(dst).encode(), ctypes.byref(params)
     )
     if code != 0:
         raise RuntimeError(f"llama_model_quantize failed with code {code}")

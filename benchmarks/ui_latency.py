@@ -197,7 +197,9 @@ def main() -> int:
 
     # wait for every tab to stream, then measure
     refill.start()
-    spin_until(lambda: all(t.reply_text() or t.branch[-1].content for t in tabs), 120)
+    spin_until(
+        lambda: all(t.reply_text() or (t.branch and t.branch[-1].content) for t in tabs), 120
+    )
     tokens_before = counter.tokens
     replies[0] = 0
     switcher = QTimer()

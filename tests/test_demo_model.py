@@ -14,6 +14,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -43,8 +44,9 @@ def settings() -> ContextSettings:
 
 
 @pytest.fixture(scope="module")
-def evalset() -> dict:
-    return json.loads(sidecar(".eval.json").read_text(encoding="utf-8"))
+def evalset() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(sidecar(".eval.json").read_text(encoding="utf-8"))
+    return data
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +94,7 @@ def test_chat_template_renders_chatml(engine: Engine) -> None:
 # --------------------------------------------------------------------- check 1: tokenization
 
 
-def test_tokenization_matches_trained_tokenizer(engine: Engine, evalset: dict) -> None:
+def test_tokenization_matches_trained_tokenizer(engine: Engine, evalset: dict[str, Any]) -> None:
     tokenizers = pytest.importorskip("tokenizers")
     _scripts_on_path()
     import corpus
@@ -176,7 +178,7 @@ def test_logits_match_pytorch_reference() -> None:
 # -------------------------------------------------------------------- check 3: behaviour
 
 
-def test_answers_held_out_questions(engine: Engine, evalset: dict) -> None:
+def test_answers_held_out_questions(engine: Engine, evalset: dict[str, Any]) -> None:
     wrong = []
     for q in evalset["questions"]:
         key = engine.open_sequence()
@@ -189,7 +191,7 @@ def test_answers_held_out_questions(engine: Engine, evalset: dict) -> None:
     assert len(wrong) <= n // 10, "\n".join(f"{q!r}: want {w!r}, got {g!r}" for q, w, g in wrong)
 
 
-def _first_two_turns(engine: Engine, key: int, item: dict) -> list[dict[str, str]]:
+def _first_two_turns(engine: Engine, key: int, item: dict[str, Any]) -> list[dict[str, str]]:
     msgs: list[dict[str, str]] = []
     for turn in ("turn1", "turn2"):
         msgs.append({"role": "user", "content": item[turn]})
@@ -198,7 +200,7 @@ def _first_two_turns(engine: Engine, key: int, item: dict) -> list[dict[str, str
     return msgs
 
 
-def test_recalls_unseen_names_over_three_turns(engine: Engine, evalset: dict) -> None:
+def test_recalls_unseen_names_over_three_turns(engine: Engine, evalset: dict[str, Any]) -> None:
     misses = []
     for item in evalset["recall"]:
         key = engine.open_sequence()
@@ -228,7 +230,7 @@ _RESTORE = textwrap.dedent(
 
 
 def test_recall_survives_state_restore_in_new_process(
-    engine: Engine, evalset: dict, tmp_path: Path
+    engine: Engine, evalset: dict[str, Any], tmp_path: Path
 ) -> None:
     cfg = settings()
     cfg_json = json.dumps(

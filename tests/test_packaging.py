@@ -55,7 +55,9 @@ class Bundle:
 
 def slow(test: Callable[..., None]) -> Callable[..., None]:
     """Marks a test that needs the bundle: selectable with ``-m slow``, a build-sized timeout."""
-    return pytest.mark.timeout(1800)(pytest.mark.slow(test))
+    # Named: pytest's overloads cannot tell a Callable[..., None] from marker arguments.
+    marked: Callable[..., None] = pytest.mark.timeout(1800)(pytest.mark.slow(test))
+    return marked
 
 
 @pytest.fixture(scope="module")

@@ -328,7 +328,9 @@ class Context:
 
     def state_set(self, seq_id: int, blob: bytes) -> bool:
         self._check_seq(seq_id)
-        buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
+        # llama.cpp only reads the blob: it gets a pointer into the bytes object (alive for
+        # the call) rather than a copy of a cache that is tens of MB on a resumed chat
+        buf = ctypes.cast(ctypes.c_char_p(blob), ctypes.POINTER(ctypes.c_uint8))
         return int(llama_cpp.llama_state_seq_set_data(self.handle, buf, len(blob), seq_id)) > 0
 
     def partial_state_get(self, seq_id: int) -> bytes:

@@ -292,7 +292,8 @@ def quantize_q4_0(source: Path, target: Path) -> bool:
     qparams = llama_cpp.llama_model_quantize_default_params()
     qparams.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0
     qparams.nthread = 1
-    return llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), qparams) == 0
+    rc: int = llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), qparams)
+    return rc == 0
 
 
 def write_probe_model(

@@ -237,7 +237,8 @@ def _c_lengths(buf: bytes, starts: np.ndarray, lengths: np.ndarray) -> np.ndarra
     # The first zero at or after each start; where it comes before the end, the C string
     # ends there.
     first = np.append(zeros, hi)[np.searchsorted(zeros, starts)]
-    return np.minimum(ends, first) - starts
+    c_lengths: np.ndarray = np.minimum(ends, first) - starts  # numpy's ufuncs return Any
+    return c_lengths
 
 
 def _llama_text(tokens: GGUFArray, i: int) -> bytes:

@@ -77,6 +77,7 @@ def _init_grammar(
     """llama.cpp's grammar sampler (lazy: started where a pattern matches). The grammar
     was read by :mod:`app.engine.grammar_bounds` already (``SamplingParams.validate``,
     :func:`~app.engine.tool_calls.grammar.call_grammar`)."""
+    sampler: llama_cpp.llama_sampler_p  # the ctypes-wrapped calls below return Any
     with _stderr_captured() as said:
         if lazy_patterns is None:
             sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), b"root")

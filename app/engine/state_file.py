@@ -86,27 +86,29 @@ class SequenceState:
             raise StateError("The saved state's header is damaged (checksum mismatch).")
         try:
             header = json.loads(raw)
-            return cls._from_header(header, bytes(view[start + header_len :]))
+            # the rest stays a view: the cache data (tens of MB) is copied once, after
+            # its checksum held (a resumed chat's start waits on every copy)
+            return cls._from_header(header, view[start + header_len :])
         except StateError:
             raise
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
             raise StateError("The saved state's header cannot be read.") from exc
 
     @classmethod
-    def _from_header(cls, header: Any, blob: bytes) -> SequenceState:
+    def _from_header(cls, header: Any, rest: memoryview) -> SequenceState:
         if not isinstance(header, dict):
             raise StateError("The saved state's header cannot be read.")
         size = header.get("blob_size")
         if not isinstance(size, int) or size < 0:
             raise StateError("The saved state's header cannot be read (no cache size).")
-        if len(blob) < size:
+        if len(rest) < size:
             raise StateError(
-                f"The saved state is truncated: {len(blob):,} of {size:,} bytes of cache data."
+                f"The saved state is truncated: {len(rest):,} of {size:,} bytes of cache data."
             )
-        blob, tail = blob[:size], blob[size:]
-        checkpoints = _checkpoints(header, tail)
-        if _digest(blob).hex() != header.get("blob_hash"):
+        checkpoints = _checkpoints(header, rest[size:])
+        if _digest(rest[:size]).hex() != header.get("blob_hash"):
             raise StateError("The saved cache data is damaged (checksum mismatch).")
+        blob = bytes(rest[:size])
         tokens, pending = header.get("tokens"), header.get("pending", [])
         if not (
             isinstance(tokens, list)
@@ -150,7 +152,7 @@ class SequenceState:
             )
 
 
-def _checkpoints(header: dict[str, Any], tail: bytes) -> list[Checkpoint]:
+def _checkpoints(header: dict[str, Any], tail: memoryview) -> list[Checkpoint]:
     """The checkpoints after the cache data, checked against the header."""
     entries = header.get("checkpoints", [])
     if not isinstance(entries, list) or not all(
@@ -169,9 +171,9 @@ def _checkpoints(header: dict[str, Any], tail: bytes) -> list[Checkpoint]:
     for n_tokens, blob_size, logits_size in entries:
         if n_tokens > n_held or (result and n_tokens <= result[-1].n_tokens):
             raise StateError("The saved state's checkpoints are out of order.")
-        blob = tail[offset : offset + blob_size]
+        blob = bytes(tail[offset : offset + blob_size])
         offset += blob_size
-        logits = tail[offset : offset + logits_size] if logits_size else None
+        logits = bytes(tail[offset : offset + logits_size]) if logits_size else None
         offset += logits_size
         result.append(Checkpoint(n_tokens, blob, logits))
     return result

@@ -21,7 +21,10 @@ from typing import Any, Literal
 import httpx2
 from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
 from huggingface_hub.hf_api import RepoFile
-from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+# From the defining modules: huggingface_hub.utils re-exports them only implicitly.
+from huggingface_hub.utils._headers import build_hf_headers
+from huggingface_hub.utils._http import get_session, hf_raise_for_status
 
 from app.hub import config
 from app.hub.errors import HubError, NoGGUFFilesError, describe

@@ -43,7 +43,7 @@ def quantization(path: str) -> str:
     split = split_name(stem)
     stem = split.base if split else stem.removesuffix(".gguf").removesuffix(".GGUF")
     for candidate in (stem, *reversed(name.parent.parts)):
-        found = _QUANT.findall(candidate.replace(".", "-"))
+        found: list[str] = _QUANT.findall(candidate.replace(".", "-"))
         if found:
             label = found[-1].upper()
             return {"FP16": "F16", "FP32": "F32"}.get(label, label)

@@ -19,13 +19,13 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, TextIO, cast
 
 import anyio
 import anyio.abc
 from mcp import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -36,6 +36,7 @@ from app.mcp.config import (
     StdioServer,
     insecure_http_refusal,
 )
+from app.mcp.stdio_transport import bounded_stdio_client
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT",
@@ -45,11 +46,15 @@ __all__ = [
     "McpTool",
     "ServerStatus",
     "ToolResult",
+    "bounded_result",
     "child_environment",
 ]
 
 DEFAULT_CALL_TIMEOUT: Final = 30.0
 DEFAULT_START_TIMEOUT: Final = 20.0
+# What the model reads of one result at most (about 4,000 tokens): more fills a small
+# context with one answer, and a huge one (megabytes) took the run down with it.
+DEFAULT_MAX_RESULT_CHARS: Final = 16_000
 MINIMAL_PATH: Final = (
     os.pathsep.join(("/usr/local/bin", "/usr/bin", "/bin")) if os.name != "nt" else ""
 )
@@ -79,6 +84,19 @@ class ToolResult:
     @property
     def ok(self) -> bool:
         return self.outcome is CallOutcome.OK
+
+
+def bounded_result(result: ToolResult, max_chars: int) -> ToolResult:
+    """``result`` with its text cut to ``max_chars`` characters and a note that tells the
+    model (and the user) it was cut, and by how much."""
+    text = result.text
+    if len(text) <= max_chars:
+        return result
+    note = (
+        f"\n[The tool's result was cut here: {max_chars:,} of its {len(text):,} characters "
+        "are shown.]"
+    )
+    return replace(result, text=text[:max_chars] + note)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +148,8 @@ class McpConnection:
         self._start_timeout = start_timeout
         self._stack = contextlib.AsyncExitStack()
         self._group: anyio.abc.TaskGroup | None = None
-        self._closing = anyio.Event()
+        self._closing: anyio.Event | None = None  # made in serve (it needs the event loop)
+        self._close_asked = False
         self._session: ClientSession | None = None
         self._stderr: TextIO | None = None
         self._broken = ""
@@ -189,7 +208,9 @@ class McpConnection:
 
     def close(self) -> None:
         """Let :meth:`serve` disconnect (it returns once the server is closed)."""
-        self._closing.set()
+        self._close_asked = True
+        if self._closing is not None:
+            self._closing.set()
 
     async def serve(self, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         """Connect, say so through ``task_status`` (also when it failed: :attr:`status`
@@ -206,6 +227,9 @@ class McpConnection:
             task_status.started()
             return
         started = False
+        self._closing = anyio.Event()
+        if self._close_asked:
+            self._closing.set()
         try:
             async with contextlib.AsyncExitStack() as stack:
                 self._stack = stack
@@ -252,12 +276,12 @@ class McpConnection:
         server = self.server
         stack = self._stack
         if isinstance(server, StdioServer):
-            # (opened by serve, which keeps it past the transport to quote it on failure)
+            # (closed by serve after the transport, so that a failure can quote it)
             self._stderr = self._stderr or cast(
                 TextIO, tempfile.TemporaryFile("w+", encoding="utf-8")
             )
             streams = await stack.enter_async_context(
-                stdio_client(self._stdio_params(server), self._stderr)
+                bounded_stdio_client(self._stdio_params(server), self._stderr)
             )
         else:
             assert isinstance(server, HttpServer)

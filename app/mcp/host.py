@@ -17,7 +17,15 @@ from typing import Any, Final
 import anyio
 
 from app.mcp.approval import ApprovalPolicy, ApprovalRequest, Decision, denied_result
-from app.mcp.client import DEFAULT_CALL_TIMEOUT, CallOutcome, McpManager, McpTool, ToolResult
+from app.mcp.client import (
+    DEFAULT_CALL_TIMEOUT,
+    DEFAULT_MAX_RESULT_CHARS,
+    CallOutcome,
+    McpManager,
+    McpTool,
+    ToolResult,
+    bounded_result,
+)
 from app.mcp.loop_guard import LoopGuard, PlannedCall
 
 __all__ = ["ModelCall", "RoundResult", "ToolHost", "ToolMessage"]
@@ -70,10 +78,12 @@ class ToolHost:
         policy: ApprovalPolicy,
         enabled: set[tuple[str, str]] | None = None,
         timeout: float = DEFAULT_CALL_TIMEOUT,
+        max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
     ) -> None:
         self._manager = manager
         self._policy = policy
         self._timeout = timeout
+        self._max_result_chars = max_result_chars
         tools = [
             t
             for s in manager.statuses
@@ -128,7 +138,9 @@ class ToolHost:
                 text = f"The call of the tool '{tool.name}' was stopped before it ran."
                 result = ToolResult(CallOutcome.CANCELLED, "Error: " + text, text)
             else:
-                result = await self._run(tool, call, ask, cancel)
+                result = bounded_result(
+                    await self._run(tool, call, ask, cancel), self._max_result_chars
+                )
             messages.append(ToolMessage(call.call_id, call.name, tool.server, result))
         return RoundResult(tuple(messages), stop)
 

@@ -13,11 +13,41 @@ of their models are in :mod:`app.remote.saved`; its loader, which sends each add
 its connection and every file to the local engine, in :mod:`app.remote.router`.
 """
 
-from app.remote.connection import INSECURE_FLAG, RemoteConnection, RemoteConnectionError
-from app.remote.engine import RemoteEngine
-from app.remote.faults import FaultKind, RemoteError, RemoteFault
-from app.remote.loader import RemoteLoader
-from app.remote.probe import ServerKind, ServerTraits
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.remote.connection import INSECURE_FLAG, RemoteConnection, RemoteConnectionError
+    from app.remote.engine import RemoteEngine
+    from app.remote.faults import FaultKind, RemoteError, RemoteFault
+    from app.remote.loader import RemoteLoader
+    from app.remote.probe import ServerKind, ServerTraits
+
+# Each name is imported when first asked for: a process that only needs
+# app.remote.connection (the local ``run`` through app.rpc_supervisor) does not pay for
+# the HTTP client, the engine and the tool-call machinery it would otherwise import.
+_WHERE = {
+    "INSECURE_FLAG": "connection",
+    "RemoteConnection": "connection",
+    "RemoteConnectionError": "connection",
+    "RemoteEngine": "engine",
+    "FaultKind": "faults",
+    "RemoteError": "faults",
+    "RemoteFault": "faults",
+    "RemoteLoader": "loader",
+    "ServerKind": "probe",
+    "ServerTraits": "probe",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'app.remote' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"app.remote.{module}"), name)
+
 
 __all__ = [
     "INSECURE_FLAG",

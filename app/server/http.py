@@ -236,7 +236,8 @@ class ApiHandler(BaseHTTPRequestHandler):
             readable, _, _ = select.select([self.connection], [], [], 0)
             if not readable:
                 return False
-            return self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            peeked: bytes = self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            return peeked == b""  # typeshed types the handler's socket as Any
         except BlockingIOError:
             return False
         except (OSError, ValueError):

@@ -112,7 +112,8 @@ def chat_chunks(items: Iterator[Item], model: str, include_usage: bool) -> Itera
             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}],
         }
 
-    yield chunk({"role": "assistant", "content": ""})
+    # llama-server (and the non-streamed reply without text) have null here, not "".
+    yield chunk({"role": "assistant", "content": None})
     for item in items:
         if isinstance(item, Piece):
             key = "content" if item.channel is Channel.ANSWER else "reasoning_content"

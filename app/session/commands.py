@@ -93,6 +93,9 @@ class Answer:
     # it before the next reply (``user_text`` is None then).
     tool_results: tuple[ChatMessage, ...] = ()
     tool_outcomes: tuple[tuple[str, str], ...] = ()  # (call id, outcome) stored with a result
+    # Text completion (a base model): the stored thread is one document, the prompt as it
+    # stands (no template), and the reply continues it (app.messages.document).
+    raw: bool = False
 
 
 @dataclass(frozen=True)

@@ -93,10 +93,12 @@ class ReplyMeta:
     @property
     def status(self) -> str:
         """The stored status: "stopped" (the user stopped it), "error" or "complete" (a
-        full context that stopped the reply is complete, with a notice)."""
+        full context that stopped the reply is complete, with a notice). A reply broken
+        off by a fault (a remote server that went away mid-reply: aborted, with the
+        error) is an error with its text kept, not a user's stop."""
         reason = self.finish_reason
         if reason is FinishReason.ABORTED:
-            return "stopped"
+            return "error" if self.error else "stopped"
         if reason is FinishReason.ERROR or (self.error and reason is not FinishReason.CONTEXT_FULL):
             return "error"
         return "complete"

@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass
 
 from app.errors import LlamaDeskError
+from app.messages import document
 from app.session import commands as cmd
 from app.session.outbox import Outbox
 from app.session.recorder import ReplyMeta, SessionRecords, history
@@ -92,6 +93,12 @@ class Recording:
             turn, message.id, model.path, model.engine, command.submitted_at
         )
         reply.set_result(RecordedTurn(turn, user_id, message.id, tuple(tool_ids)))
+        if command.raw:
+            prompt = document(thread[:-1])
+            self._turns.submit_text(
+                cmd.SubmitText(cid, turn, prompt, sampling=command.sampling, reply_id=message.id)
+            )
+            return
         self._turns.submit(
             cmd.SubmitTurn(
                 cid,

@@ -216,6 +216,7 @@ class Session:
         tools: ToolRequest | None = None,
         tool_results: Iterable[ChatMessage] = (),
         tool_outcomes: Mapping[str, str] | None = None,
+        raw: bool = False,
     ) -> Future[RecordedTurn]:
         """A chat turn the session records (it needs a database): the user's message
         ``user_text`` under ``parent_id`` (an edit: the edited message's parent; None
@@ -228,7 +229,11 @@ class Session:
         continue after calls, answer the reply that made them (``parent_id``) with
         ``tool_results``: one ``ChatMessage("tool", text, tool_call_id=..., name=...)``
         per call, recorded under it, then the next reply. ``tool_outcomes``: how each
-        call went (by call id: "ok", "denied"...), stored with its result."""
+        call went (by call id: "ok", "denied"...), stored with its result.
+
+        ``raw``: text completion, for a base model: the stored thread joined is the whole
+        prompt (no template, no system prompt, no tools) and the reply continues it;
+        ``user_text`` None then continues ``parent_id`` (the document's last part)."""
         cid = ConversationId(conversation_id)
         future: Future[RecordedTurn] = Future()
         self.post(
@@ -245,6 +250,7 @@ class Session:
                 tools,
                 tuple(tool_results),
                 tuple((tool_outcomes or {}).items()),
+                raw,
             )
         )
         return future

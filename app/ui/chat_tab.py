@@ -47,12 +47,13 @@ from app.ui.chat_view import ChatView
 from app.ui.composer import Composer, ConversationSettings
 from app.ui.context_meter import ContextMeter
 from app.ui.message_bar import MessageBar
-from app.ui.message_delete import ask_delete
-from app.ui.status_text import IsolatedLabel
+from app.ui.message_data import MessageData
+from app.ui.message_delete import ask_delete, offer_after_delete
+from app.ui.status_text import ElidedLabel, IsolatedLabel
 from app.ui.tab_choices import TabChoices
 from app.ui.tab_host import TabHost
 from app.ui.tab_intro import Starters, intro_text, sharing_text, sharing_tip
-from app.ui.tab_reply import ReplyBuffer
+from app.ui.tab_reply import QUIET_S, ReplyBuffer
 from app.ui.tab_status import (
     MeterFigures,
     StatusEvent,
@@ -60,10 +61,12 @@ from app.ui.tab_status import (
     TabState,
     state_text,
     state_tip,
+    tokens_text,
 )
 from app.ui.tab_stop_strings import StopStrings
 from app.ui.tab_token_hint import TOKEN_COUNT_DELAY_MS, TOKEN_HINT_MIN_CHARS, TokenHint
 from app.ui.tab_turn import TabTurn
+from app.ui.text_completion import document_data, show_mode
 from app.ui.token_estimate import chat_token_estimate
 from app.ui.tool_picker import attach as attach_tools
 from app.ui.tool_turns import TabToolTurns
@@ -108,6 +111,9 @@ class ChatTab(QWidget):
         self._context_start: int | None = None
         self._status_at = 0.0  # when a streaming tab's status line was last refreshed
         self.last_completion: TurnResult | None = None
+        self.document_mode = False  # text completion (app.ui.text_completion)
+        self.server_failed = False  # the remote engine failed the last reply
+        self.count_stale = False  # a message was deleted: the count comes with the next turn
         self.turn = TabTurn(self)
         self._stream = host.worker.stream(self.cid)
         self._stream.received.connect(self.on_event)
@@ -134,7 +140,7 @@ class ChatTab(QWidget):
         self.meter.setObjectName("context-meter")
         self.meter_label = QLabel()
         self.meter_label.setObjectName("context-label")
-        self.state_label = QLabel("idle")
+        self.state_label = ElidedLabel("idle")
         self.state_label.setObjectName("state-label")
         # a long state (a restore refusal's reason) is cut, never widens the window
         self.state_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -229,7 +235,8 @@ class ChatTab(QWidget):
             self.branch = self.db.get_thread(self.cid, leaf_id)
         except LlamaDeskError:
             self.branch = self.db.get_thread(self.cid)
-        self.view.set_messages([message_data(self.db, m) for m in self.branch])
+        self._set_mode(self.host.text_completion())
+        self.view.set_messages(self._shown())
         self._sync_context_start()
         self.tool_turns.render()
         self.show_intro()
@@ -238,6 +245,9 @@ class ChatTab(QWidget):
         """What an empty chat shows: the model, its kind, context and template."""
         ready = self.host.model_ready()
         model = self.host.loaded_model() if ready else None
+        if self.host.text_completion() != self.document_mode and not self.generating:
+            self.load_thread(self.leaf_id())  # chat <-> text completion: shown anew
+            return
         self.view.set_placeholder(intro_text(model))
         self.starters.show_for(model, empty=not self.branch)
 
@@ -250,6 +260,10 @@ class ChatTab(QWidget):
     def show_branch(self) -> None:
         """Show ``branch``, keeping the widgets of the messages already shown in front (a
         new turn adds two widgets instead of rebuilding, and querying, the whole chat)."""
+        if self.document_mode:  # one widget: the whole document
+            self.view.set_messages(self._shown())
+            self._after_branch()
+            return
         shown = [w.data.id for w in self.view.messages()]
         keep = 0
         for widget_id, message in zip(shown, self.branch, strict=False):
@@ -261,10 +275,13 @@ class ChatTab(QWidget):
             self.view.keep_first(keep)
             for message in self.branch[keep:]:
                 self.view.append(message_data(self.db, message))
-            if self.generating:  # the new ones too: no edit, delete... while it answers
-                self.view.set_actions_enabled(False)
         finally:
             self.view.setUpdatesEnabled(True)
+        self._after_branch()
+
+    def _after_branch(self) -> None:
+        if self.generating:  # no edit, delete... while it answers
+            self.view.set_actions_enabled(False)
         self._sync_context_start()
         self.tool_turns.render()
         if self.branch:
@@ -279,14 +296,36 @@ class ChatTab(QWidget):
             self._context_start = start
             self.view.set_context_start(start)
 
+    def _shown(self) -> list[MessageData]:
+        if self.document_mode:
+            return document_data(self.db, self.branch)
+        return [message_data(self.db, m) for m in self.branch]
+
+    def _set_mode(self, document_mode: bool) -> None:
+        self.document_mode = document_mode
+        show_mode(document_mode, self.send_button, self.composer)
+
+    def after_delete(self) -> None:
+        offer_after_delete(self)
+
+    def regenerate_under(self, message_id: int) -> None:
+        """A reply to ``message_id`` (the user message a delete left without one)."""
+        if not self.generating and self.host.model_ready() and self.leaf_id() == message_id:
+            self.turn.generate(message_id)
+
     def leaf_id(self) -> int | None:
         return self.branch[-1].id if self.branch else None
 
     def set_generating(self, generating: bool) -> None:
         """A turn starts or ends: Send or Stop shows, the tab's title and the window follow."""
         self.generating = generating
+        sent_by_button = generating and self.send_button.hasFocus()
         self.send_button.setVisible(not generating)
         self.stop_button.setVisible(generating)
+        if sent_by_button:
+            # the hidden Send's focus went on to Stop and typing went nowhere: the message
+            # box takes it (Esc there stops the reply)
+            self.composer.setFocus(Qt.FocusReason.OtherFocusReason)
         self.titleChanged.emit()
         self.host.tab_state_changed(self.cid)
 
@@ -325,8 +364,10 @@ class ChatTab(QWidget):
 
     @Slot()
     def send(self) -> None:
-        text = self.composer.toPlainText().strip()
-        if not text:
+        text = self.composer.toPlainText()
+        if not self.document_mode:
+            text = text.strip()  # in a document, spaces and line breaks are its text
+        if not text and not (self.document_mode and self.branch):
             return
         if self.generating:
             self.notify("This tab is still answering: stop it first (Esc).", False)
@@ -350,7 +391,8 @@ class ChatTab(QWidget):
         editing = self._editing
         self.composer.clear()
         self._cancel_edit()
-        if not self.turn.generate(parent, text):  # nothing was asked: all stays as it was
+        # text completion with the box empty: the model writes on from the document's end
+        if not self.turn.generate(parent, text or None):  # nothing was asked: all stays as it was
             self.composer.setPlainText(text)
             if editing is not None:
                 self._editing = editing
@@ -364,6 +406,9 @@ class ChatTab(QWidget):
             message = self.db.get_message(message_id)
         except LlamaDeskError as exc:
             self.notify(str(exc))
+            return
+        if message.role == "user":  # text completion: the document ends with the user's text
+            self.turn.generate(message.id)
             return
         if message.parent_id is None:
             return
@@ -476,6 +521,13 @@ class ChatTab(QWidget):
     @Slot(object)
     def on_event(self, event: object) -> None:
         """This conversation's session events (on the GUI thread)."""
+        if isinstance(event, ev.TurnFinished):
+            # a remote server that failed the reply: "idle · on box" would say all is well
+            self.server_failed = bool(self.info.engine) and bool(event.result.error)
+            # "cache restored from disk" is old news once a turn has used it (a re-read
+            # cache's note stays for this turn: it says why the turn was slow)
+            self.info = self.info.restore_used()
+            self.count_stale = False
         self.turn.on_event(event)
         self.tool_turns.on_event(event)
 
@@ -531,7 +583,16 @@ class ChatTab(QWidget):
         self.update_status()
 
     def state_text(self) -> str:
-        text = state_text(self.state, self.prompt_progress, self.reply.tok_s, self.info)
+        quiet = self.reply.quiet_s() if self.generating else 0.0
+        text = state_text(
+            self.state,
+            self.prompt_progress,
+            self.reply.tok_s,
+            self.info,
+            quiet if quiet >= QUIET_S else 0.0,
+        )
+        if self.server_failed and self.state is TabState.IDLE:
+            text = text.replace("idle", "the last reply failed (see the notice)", 1)
         sharing = self.sharing_text()
         return f"{text} · {sharing}" if sharing else text
 
@@ -553,10 +614,14 @@ class ChatTab(QWidget):
 
     def update_status(self) -> None:
         max_tokens = self.conversation.sampling.get("max_tokens")
+        estimate = chat_token_estimate(self.branch)
+        streamed = self.reply.gen_tokens if self.generating else 0
         figures = MeterFigures.of(
             self.info,
-            chat_token_estimate(self.branch),
+            estimate,
             max_tokens if isinstance(max_tokens, int) else None,
+            streamed,
+            estimate_only=self.count_stale and not self.generating,
         )
         if figures.n_ctx:
             self.meter.set_figures(figures.n, figures.reserved, figures.n_ctx)
@@ -566,10 +631,17 @@ class ChatTab(QWidget):
             self.meter_label.setToolTip(tip)
         else:
             self.meter.set_figures(0, 0, 0)
-            self.meter_label.setText("no model")
+            # a server that does not say its context size: the chat's tokens, about
+            ready = self.host.model_ready()
+            self.meter_label.setText(
+                f"~{tokens_text(estimate + streamed)}" if ready else "no model"
+            )
+            tip = "The server does not say its context size; this chat's tokens, about."
+            self.meter_label.setToolTip(tip if ready else "")
         self.state_label.setText(self.state_text())
         tip = state_tip(self.state, self.info)
         if self.sharing_text():
             tip = "\n".join(t for t in (tip, sharing_tip(self.host.loaded_model())) if t)
-        self.state_label.setToolTip(tip)
+        # the whole state where the label ends it with "…" (a narrow window)
+        self.state_label.setToolTip(tip or self.state_label.text())
         self.tools.context_changed()

@@ -30,7 +30,7 @@ from app.ui.message_widget import ACTION_SIZE, COPIED_MS, MessageWidget
 from app.ui.reasoning_block import ReasoningBlock
 from app.ui.stream_chunks import CHUNK_CHARS, SOFT_CUT_MIN
 from app.ui.text_label import TextLabel
-from app.ui.theme import is_dark
+from app.ui.theme import is_dark, set_muted
 
 __all__ = [
     "ACTION_SIZE",
@@ -139,7 +139,7 @@ class ChatView(QScrollArea):
         self._placeholder = QLabel()
         self._placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self._placeholder.setWordWrap(True)
-        self._placeholder.setEnabled(False)
+        set_muted(self._placeholder, self._dark)
         self._layout.insertWidget(0, self._placeholder)
         self._divider = _Divider(CONTEXT_START_TEXT, self._body)
         self._divider.setObjectName("context-start")
@@ -310,6 +310,7 @@ class ChatView(QScrollArea):
             base = self.palette().color(QPalette.ColorRole.Base)
             if dark != self._dark or base != self._base:
                 self._dark, self._base = dark, base
+                set_muted(self._placeholder, dark)
                 for w in self._widgets:
                     w.set_dark(dark, base)
         super().changeEvent(event)

@@ -41,6 +41,7 @@ from app.settings_schema.device_fields import parse_gpu_layers, split_names
 from app.ui.background import BackgroundJobs
 from app.ui.devices_plan import PlanLabel
 from app.ui.devices_settings import DeviceSettings, load_device_settings, save_device_settings
+from app.ui.wording import shown_help
 
 DEVICE_COLUMNS = ("Name", "Type", "Free", "Total")
 Row = tuple[str, str, int, int]  # name, type, free bytes, total bytes
@@ -146,13 +147,13 @@ class DevicesPage(QWidget):
         layers_label = QLabel(f"{spec.label}:")
         self.gpu_layers = QLineEdit(self.settings.gpu_layers)
         self.gpu_layers.setObjectName("gpuLayersEdit")
-        self.gpu_layers.setToolTip(spec.help)
+        self.gpu_layers.setToolTip(shown_help(spec.help))
         self.gpu_layers.editingFinished.connect(self._on_gpu_layers)
         layers_row.addWidget(layers_label)
         layers_row.addWidget(self.gpu_layers, 1)
         layout.addLayout(layers_row)
 
-        layout.addWidget(QLabel("Remote workers (`llamadesk rpc-worker` on that machine):"))
+        layout.addWidget(QLabel("Remote workers (“llamadesk rpc-worker” on that machine):"))
         self.endpoints = QListWidget()
         self.endpoints.setObjectName("rpcEndpoints")
         self.endpoints.setMaximumHeight(90)

@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QSpinBox, QWidget
 
 from app.settings_schema import FieldSpec
+from app.ui.wording import shown_help
 
 __all__ = [
     "SpecComboBox",
@@ -83,7 +84,7 @@ class SpecComboBox(QComboBox):
 
     @Slot()
     def _update_tooltip(self) -> None:
-        parts = [self._spec.help]
+        parts = [shown_help(self._spec.help)]
         item_help = self._spec.help_for_choice(str(self.currentData()))
         if item_help:
             parts.append(f"{self.currentText()}: {item_help}")
@@ -96,7 +97,7 @@ class SpecComboBox(QComboBox):
 
 def tooltip(spec: FieldSpec) -> str:
     """The help text with the valid range and unit."""
-    parts = [spec.help]
+    parts = [shown_help(spec.help)]
     if spec.range_text():
         unit = f" {spec.unit}" if spec.unit else ""
         parts.append(f"Valid: {spec.range_text()}{unit}.")

@@ -45,6 +45,7 @@ from app.ui.mcp_runtime import shared_runtime
 from app.ui.message_bar import MessageBar
 from app.ui.server_panel import install_server_menu
 from app.ui.sidebar import Sidebar
+from app.ui.text_completion import completion_mode
 from app.ui.theme import apply_theme, current_theme
 from app.ui.tool_runner import ToolRunner
 from app.ui.welcome import WelcomePage
@@ -281,6 +282,11 @@ class MainWindow(QMainWindow):
 
     def model_ready(self) -> bool:
         return self.model is not None
+
+    def text_completion(self) -> bool:
+        model = self.model
+        value = self.settings_ui.template_value(model.path) if model is not None else ""
+        return completion_mode(model, value)
 
     def model_path(self) -> str | None:
         return self.model.path if self.model is not None else None

@@ -126,10 +126,22 @@ class McpPage(QWidget):
         self.test_button.setObjectName("mcp-test")
         self.test_button.setToolTip("Start or reach the server and list its tools")
         self.test_button.clicked.connect(self.test_current)
+        self.edit_button = QPushButton("&Edit…")
+        self.edit_button.setObjectName("mcp-edit")
+        self.edit_button.setToolTip("Change the server's command, URL, variables or headers")
+        self.edit_button.clicked.connect(self.edit_current)
         self.remove_button = QPushButton("&Remove")
         self.remove_button.setObjectName("mcp-remove")
         self.remove_button.clicked.connect(self.remove_current)
-        for button in (self.add_button, self.import_button, self.test_button, self.remove_button):
+        self._remove_box: QMessageBox | None = None
+        self.edit_dialog: McpServerDialog | None = None  # the last one Edit… opened
+        for button in (
+            self.add_button,
+            self.import_button,
+            self.edit_button,
+            self.test_button,
+            self.remove_button,
+        ):
             row.addWidget(button)
         row.addStretch(1)
         layout.addLayout(row)
@@ -252,6 +264,7 @@ class McpPage(QWidget):
         name = self.current_name()
         self.test_button.setEnabled(name is not None and name not in self._testing)
         self.remove_button.setEnabled(name is not None)
+        self.edit_button.setEnabled(name is not None)
 
     @Slot(QTreeWidgetItem, int)
     def _on_item_changed(self, item: QTreeWidgetItem, column: int) -> None:
@@ -286,16 +299,20 @@ class McpPage(QWidget):
         if result is not None:
             self.save_server(*result)
 
-    def save_server(self, server: ServerConfig, secret_names: list[str]) -> None:
+    def save_server(
+        self, server: ServerConfig, secret_names: list[str], replaces: ServerEntry | None = None
+    ) -> None:
         """Store ``server`` (its secret values to the keyring), then test it; plain
-        ``http://`` to another computer is asked about first (No: nothing is saved)."""
+        ``http://`` to another computer is asked about first (No: nothing is saved).
+        ``replaces``: the saved server it edits (on or off as that was; a renamed one's
+        old entry and secrets go)."""
         if isinstance(server, HttpServer) and server.needs_confirmation:
             self._ask_insecure(
                 server.name,
                 server.url,
                 bool(secret_names or server.headers),
                 lambda: self.save_server(
-                    dataclasses.replace(server, allow_insecure_http=True), secret_names
+                    dataclasses.replace(server, allow_insecure_http=True), secret_names, replaces
                 ),
                 f"'{server.name}' was not added: use https:// for another computer.",
             )
@@ -308,7 +325,18 @@ class McpPage(QWidget):
             self.statuses.pop(name, None)
             self.reload(then=lambda: self.test(name))
 
-        self._in_background(lambda: self.store.put(server, secret_names), saved)
+        store = self.store
+
+        def put() -> ServerEntry:
+            enabled = replaces.enabled if replaces is not None else True
+            entry = store.put(server, secret_names, enabled=enabled)
+            if replaces is not None and replaces.name != name:
+                store.remove(replaces.name)  # after the new one is written: nothing lost
+            return entry
+
+        if replaces is not None:
+            self.statuses.pop(replaces.name, None)
+        self._in_background(put, saved)
 
     @Slot()
     def choose_import(self) -> QFileDialog:
@@ -331,10 +359,67 @@ class McpPage(QWidget):
         self._in_background(lambda: self.store.import_file(path), imported)
 
     @Slot()
+    def edit_current(self) -> None:
+        """Open the selected server in the dialog, its secret values read back from the
+        store (off the GUI thread: a keyring may take a while)."""
+        entry = self._entry(self.current_name())
+        if entry is None:
+            return
+        store = self.store
+
+        def show(result: tuple[ServerConfig, list[str]]) -> None:
+            dialog = McpServerDialog(self)
+            dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            dialog.set_server(result[0], entry.secret_names)
+            dialog.accepted.connect(lambda: self._on_edited(dialog, entry))
+            self.edit_dialog = dialog
+            dialog.open()
+
+        self._in_background(lambda: resolved(entry, store.secrets), show)
+
+    def _on_edited(self, dialog: McpServerDialog, old: ServerEntry) -> None:
+        result = dialog.result_server()
+        if result is None:
+            return
+        server, secret_names = result
+        renamed = server.name != old.name
+        if renamed and self._entry(server.name) is not None:
+            self.say(f"A server is already called '{server.name}': choose another name.", True)
+            return
+        self.save_server(server, secret_names, old)
+
+    @Slot()
     def remove_current(self) -> None:
+        """Ask, then remove the selected server (its secrets too)."""
         name = self.current_name()
         if name is None:
             return
+        box = QMessageBox(
+            QMessageBox.Icon.Question,
+            "Remove the MCP server",
+            f"Remove the MCP server '{name}'? Its settings and its secrets in "
+            f"{self.store.secrets.where} are deleted; the chats lose its tools.",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+            self,
+        )
+        box.setObjectName("mcp-remove-confirm")
+        box.button(QMessageBox.StandardButton.Yes).setText("Remove")
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+
+        def answered(result: int) -> None:
+            self._remove_box = None
+            if result == QMessageBox.StandardButton.Yes:
+                self.remove(name)
+
+        box.finished.connect(answered)
+        self._remove_box = box
+        box.open()
+
+    def remove_question(self) -> QMessageBox | None:
+        """The open "Remove the MCP server?" question (None: none asked)."""
+        return self._remove_box
+
+    def remove(self, name: str) -> None:
         self.statuses.pop(name, None)
         self._in_background(
             lambda: self.store.remove(name), lambda _: self._saved(f"Removed '{name}'.")

@@ -10,6 +10,7 @@ it writes nothing: the page stores the accepted server.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
 
 from PySide6.QtCore import Slot
 from PySide6.QtWidgets import (
@@ -30,7 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.mcp.config import McpConfigError, ServerConfig
+from app.mcp.config import McpConfigError, ServerConfig, StdioServer
 from app.ui.mcp_store import http_server, looks_secret, stdio_server
 from app.ui.theme import colors
 
@@ -174,6 +175,24 @@ class McpServerDialog(QDialog):
         outer.addWidget(buttons)
         self.resize(560, 420)
         self.stdio_radio.setChecked(True)
+
+    def set_server(self, server: ServerConfig, secret_names: Iterable[str]) -> None:
+        """Fill the fields with a saved server (to edit it; its secret values as stored)."""
+        secrets = set(secret_names)
+        self.setWindowTitle(f"MCP server '{server.name}'")
+        self.name_edit.setText(server.name)
+        if isinstance(server, StdioServer):
+            self.stdio_radio.setChecked(True)
+            self.command_edit.setText(server.command)
+            self.args_edit.setText(shlex.join(server.args))
+            pairs, table = server.env, self.env_table
+        else:
+            self.http_radio.setChecked(True)
+            self.url_edit.setText(server.url)
+            pairs, table = server.headers, self.headers_table
+        table.setRowCount(0)
+        for name, value in pairs.items():
+            table.add_row(name, value, name in secrets)
 
     def _with_buttons(self, table: PairsTable) -> QWidget:
         box = QWidget()

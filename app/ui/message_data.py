@@ -82,7 +82,8 @@ def figures_text(data: MessageData, streaming: bool = False) -> str:
     elif data.status == "partial" and not streaming:
         parts.append("interrupted")
     elif data.status == "error":
-        parts.append("error")
+        # text that came before the failure is kept: the reply was broken off
+        parts.append("cut off" if data.content else "error")
     elif not streaming and data.finish in FINISH_TEXT:
         parts.append(FINISH_TEXT[data.finish])
     return " · ".join(parts)

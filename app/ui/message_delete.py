@@ -20,12 +20,15 @@ from PySide6.QtWidgets import QMessageBox, QWidget
 from app.errors import LlamaDeskError
 
 if TYPE_CHECKING:
-    from app.storage import Database
+    from app.storage import Database, Message
+    from app.ui.message_bar import MessageBar
     from app.ui.tab_host import TabHost
 
 ANSWERING = "This tab is answering: stop it first (Esc), then delete the message."
 WITH_REPLIES = "Delete this message? The messages below it stay: they follow the message above it."
 ALONE = "Delete this message?"
+HANGING = "Your last message has no reply now."
+ANSWER = "Answer it"
 
 
 class DeletingTab(Protocol):
@@ -45,6 +48,10 @@ class DeletingTab(Protocol):
     def leaf_id(self) -> int | None: ...
 
     def forget_edit(self, message_id: int) -> None: ...
+
+    def after_delete(self) -> None:
+        """The thread shown again after a delete (its meter and what to offer)."""
+        ...
 
 
 def ask_delete(tab: DeletingTab, parent: QWidget, message_id: int) -> QMessageBox | None:
@@ -79,6 +86,33 @@ def ask_delete(tab: DeletingTab, parent: QWidget, message_id: int) -> QMessageBo
     return box
 
 
+class AfterDeleteTab(Protocol):
+    """What :func:`offer_after_delete` uses of the chat tab."""
+
+    branch: list[Message]
+    notice: MessageBar
+    count_stale: bool
+
+    @property
+    def generating(self) -> bool: ...
+
+    def update_status(self) -> None: ...
+
+    def regenerate_under(self, message_id: int) -> None: ...
+
+
+def offer_after_delete(tab: AfterDeleteTab) -> None:
+    """The thread is shown again after a delete: the meter says its size, about (the
+    session counts again at the next turn); a user message left without its reply is
+    offered an answer (a notice that stays until used or dismissed)."""
+    tab.count_stale = True
+    tab.update_status()
+    last = tab.branch[-1] if tab.branch else None
+    if last is not None and last.role == "user" and not tab.generating:
+        answer = (ANSWER, lambda: tab.regenerate_under(last.id))
+        tab.notice.show_message(HANGING, False, answer, timeout_ms=0)
+
+
 def delete_now(tab: DeletingTab, message_id: int) -> None:
     """Ask the session to delete it; the tab shows its thread again when it is done."""
     if tab.generating:
@@ -94,6 +128,7 @@ def delete_now(tab: DeletingTab, message_id: int) -> None:
         tab.forget_edit(message_id)  # an edit of the deleted message has nothing to replace
         # the leaf it showed, unless that was the deleted message (then the one storage chose)
         tab.load_thread(None if shown_leaf == message_id else shown_leaf)
+        tab.after_delete()
         tab.host.conversation_changed(tab.cid)
 
     tab.host.worker.when_done(future, done)

@@ -39,7 +39,7 @@ from app.ui.message_icons import action_icon, blank_icon
 from app.ui.reasoning_block import ReasoningBlock
 from app.ui.stream_chunks import CHUNK_CHARS, cut_point, fence_after, join_html, soft_cut_point
 from app.ui.text_label import TextLabel
-from app.ui.theme import DARK_COLORS, LIGHT_COLORS, chat_colors
+from app.ui.theme import DARK_COLORS, LIGHT_COLORS, chat_colors, set_muted
 from app.ui.tool_call_block import ToolCallList
 
 ACTION_SIZE = 24
@@ -99,6 +99,8 @@ class MessageWidget(QFrame):
         outer.setSpacing(10)
         self.avatar = Avatar(data.role, dark, self)
         outer.addWidget(self.avatar, 0, Qt.AlignmentFlag.AlignTop)
+        if data.role == "document":  # text completion's document: one text, no speaker
+            self.avatar.hide()
         self.card = _Card(self)
         outer.addWidget(self.card, 1)
         layout = QVBoxLayout(self.card)
@@ -110,6 +112,10 @@ class MessageWidget(QFrame):
         self.role_label = QLabel(f"<b>{ROLE_NAMES.get(data.role, data.role)}</b>")
         self.role_label.setObjectName("role")
         header.addWidget(self.role_label)
+        if data.role == "document":
+            # hide() only: a show() here, before the header is in a laid-out widget, made
+            # the label a window of its own and took the focus from the main window
+            self.role_label.hide()
         self.editing_tag = QLabel("Editing")
         self.editing_tag.setObjectName("editing-tag")
         self.editing_tag.setToolTip("This message is in the composer below: send or cancel")
@@ -137,9 +143,14 @@ class MessageWidget(QFrame):
                 "edit", "edit", "Edit", "Edit and resend this message"
             )
             header.addWidget(self.edit_button)
-        if data.role == "assistant":
+        if data.role in ("assistant", "document"):
             self.regen_button = self._icon_button(
-                "regenerate", "regenerate", "Regenerate", "Write this reply again"
+                "regenerate",
+                "regenerate",
+                "Regenerate",
+                "Write this reply again"
+                if data.role == "assistant"
+                else "Write the model's last part of the text again",
             )
             header.addWidget(self.regen_button)
         self.fork_button = self._icon_button(
@@ -191,7 +202,7 @@ class MessageWidget(QFrame):
         font = self.figures.font()
         font.setPointSizeF(max(6.0, font.pointSizeF() * 0.85))
         self.figures.setFont(font)
-        self.figures.setEnabled(False)  # the palette's muted text colour
+        set_muted(self.figures, dark)
         layout.addWidget(self.figures)
         self._apply_colors()
         self.refresh()
@@ -302,6 +313,7 @@ class MessageWidget(QFrame):
             f"QLabel {{ color: {c.editing_border}; font-weight: bold; }}"
         )
         card.update()
+        set_muted(self.figures, self._dark)
         self.avatar.set_dark(self._dark)
         self._update_actions()
 
@@ -309,6 +321,9 @@ class MessageWidget(QFrame):
         """Redo the colours for a new theme (``base``: the new palette's base colour)."""
         self._dark = dark
         self._apply_colors(base)
+        # The frozen chunks of a long reply hold HTML with the old theme's colours baked
+        # in (code blocks, inline code): render them all again, not only the live tail.
+        self._reset_chunks()
         self.refresh()
 
     def set_editing(self, editing: bool) -> None:

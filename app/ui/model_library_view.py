@@ -45,6 +45,7 @@ from app.ui.theme import colors
 
 __all__ = ["ModelLibraryView"]
 
+_EMPTY_TITLE = "<h3>No models yet</h3>"
 _EMPTY_TEXT = """
 <h3>No models yet</h3>
 <p>LlamaDesk chats with language models stored as <b>GGUF</b> files: one file per model,
@@ -280,6 +281,7 @@ class ModelLibraryView(QWidget):
             self._table, self._entries, self._loaded_path, self._loading_path, self._load_errors
         )
         self._update_loaded_label()
+        self._update_empty_text()
         self._update_buttons()
 
     def _update_loaded_label(self) -> None:
@@ -304,6 +306,12 @@ class ModelLibraryView(QWidget):
             text = "<p><i>Scanning…</i></p>" + _EMPTY_TEXT
         else:
             text = _EMPTY_TEXT
+        if self._loaded_path is not None:
+            # a model is loaded (the bundled demo, a file opened directly): the library
+            # is what is empty, not the app
+            name = html.escape(Path(self._loaded_path).name)
+            loaded = f"<h3>The library has no models yet</h3><p>Loaded now: {name}.</p>"
+            text = text.replace(_EMPTY_TITLE, loaded)
         self._empty_label.setText(text)
 
     def _show_message(self, text: str) -> None:

@@ -155,5 +155,5 @@ class ModelPicker(QToolButton):
             text = f"Model: {self._loaded_name or Path(self._loaded).name}"
         else:
             text = "Load a model"
-        self.setText(text + " ▾")
+        self.setText(text)  # the style draws the menu's arrow (a "▾" here made two)
         self.setToolTip(self._loaded or "Choose the model to chat with.")

@@ -188,6 +188,13 @@ class PreferencesDialog(QDialog):
         self.apply_button.clicked.connect(self.apply)
         self.cancel_button.clicked.connect(self.reject)
         outer.addWidget(self.buttons)
+        # Wide enough for every section's tab: a narrower dialog hid "Tools (MCP)" behind
+        # the tab bar's scroll arrows (a screen too small for it still gets the arrows).
+        margins = outer.contentsMargins()
+        wanted = self.tabs.tabBar().sizeHint().width() + margins.left() + margins.right() + 16
+        screen = self.screen()
+        most = int(screen.availableGeometry().width() * 0.9) if screen is not None else wanted
+        self.setMinimumWidth(min(wanted, most))
 
     def _build_general(self) -> QWidget:
         page = QWidget()

@@ -27,6 +27,7 @@ from app.engine.threads import clamp_threads
 from app.settings_schema import CONTEXT_FIELDS, Apply, FieldSpec
 from app.ui.field_editors import make_editor, read_editor, write_editor
 from app.ui.settings_texts import LIVE_MARK, LIVE_TIP, REBUILD_MARK, REBUILD_TIP
+from app.ui.wording import shown_help
 
 # The fields and their groups, from the schema (app/settings_schema.py).
 FIELDS: dict[str, FieldSpec] = CONTEXT_FIELDS
@@ -115,7 +116,7 @@ class FieldEditors:
             mark.setObjectName(f"mark_{spec.name}")
             mark.setToolTip(LIVE_TIP if live else REBUILD_TIP)
             self.marks[spec.name] = mark
-            help_label = QLabel(f"{spec.help} {range_text(spec)}".strip())
+            help_label = QLabel(f"{shown_help(spec.help)} {range_text(spec)}".strip())
             help_label.setObjectName(f"help_{spec.name}")
             help_label.setWordWrap(True)
             make_secondary(help_label)

@@ -100,7 +100,7 @@ class SettingsPanel(QDialog):
         self,
         settings: ContextSettings,
         model_info: ModelInfo | None = None,
-        presets: dict[str, dict] | None = None,
+        presets: dict[str, dict[str, Any]] | None = None,
         parent: QWidget | None = None,
         *,
         loaded: LoadedModel | None = None,
@@ -383,7 +383,7 @@ class SettingsPanel(QDialog):
             "and apply again, or close to keep the running settings."
         )
 
-    def set_presets(self, presets: dict[str, dict]) -> None:
+    def set_presets(self, presets: dict[str, dict[str, Any]]) -> None:
         """The loaded model's presets, by name (after the window saved or deleted one)."""
         self._presets.set_presets(presets)
 

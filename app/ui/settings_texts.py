@@ -107,8 +107,9 @@ def estimate_text(settings: ContextSettings, info: ModelInfo | None) -> str:
     n_seq = max(1, settings.n_seq_max)
     if settings.kv_unified:
         lines.append(
-            f"All {n_seq} resident tab{'s' if n_seq != 1 else ''} share this pool; "
-            "a long conversation may use most of it."
+            f"All {n_seq} resident tabs share this pool; a long conversation may use most of it."
+            if n_seq > 1
+            else "The one resident tab has this pool to itself."
         )
     else:
         share = n_ctx // n_seq

@@ -40,6 +40,7 @@ from app.ui.sidebar_model import (
     PREVIOUS_7,
     PREVIOUS_30,
     TODAY,
+    UNUSED_TEXT,
     YESTERDAY,
     ConversationListModel,
     CurrentRole,
@@ -272,6 +273,8 @@ class Sidebar(QWidget):
                     continue
                 self._empty_listed = c.id
             count = f"{c.message_count} " + ("message" if c.message_count == 1 else "messages")
+            if c.message_count == 0:  # listed while current only: say it goes if unused
+                count = UNUSED_TEXT
             rows.append(
                 Row(c.id, c.title or "New chat", f"{age(c.updated_at, now)} · {count}", c.pinned)
             )

@@ -48,6 +48,8 @@ class Row:
 # -- date groups -------------------------------------------------------------------------
 
 PINNED = "Pinned"
+# the current chat before its first message (it is not kept if left unused)
+UNUSED_TEXT = "not kept until you write in it"
 TODAY = "Today"
 YESTERDAY = "Yesterday"
 PREVIOUS_7 = "Previous 7 days"

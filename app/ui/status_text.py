@@ -14,9 +14,38 @@ hint really changed (a longer text), which figures of the same width do not.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QSize
-from PySide6.QtGui import QResizeEvent
+from PySide6.QtCore import QEvent, QSize, Qt
+from PySide6.QtGui import QPainter, QPaintEvent, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import QLabel, QWidget
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that ends its text with "…" where it is cut (``text()`` stays
+    whole: the tab's tooltip says all of it). A status squeezed by the buttons beside it
+    showed "on loopbac" and "cache restored fro", cut mid-word."""
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        text = self.text()
+        rect = self.contentsRect()
+        metrics = self.fontMetrics()
+        if metrics.horizontalAdvance(text) <= rect.width():
+            super().paintEvent(event)
+            return
+        painter = QPainter(self)
+        shown = metrics.elidedText(text, Qt.TextElideMode.ElideRight, rect.width())
+        self.style().drawItemText(
+            painter,
+            rect,
+            int(self.alignment()),
+            self.palette(),
+            self.isEnabled(),
+            shown,
+            self.foregroundRole(),
+        )
+
+    def elided(self) -> bool:
+        """Whether the text is cut at the label's width now."""
+        return self.fontMetrics().horizontalAdvance(self.text()) > self.contentsRect().width()
 
 
 class IsolatedLabel(QWidget):
@@ -51,3 +80,12 @@ class IsolatedLabel(QWidget):
     def resizeEvent(self, event: QResizeEvent) -> None:
         self.label.setGeometry(self.rect())
         super().resizeEvent(event)
+
+    def showEvent(self, event: QShowEvent) -> None:
+        # A text set while hidden (a reopened tab's meter) posts no layout request here:
+        # its hint is looked at now, or the label stays cut at the old width ("~520 / 4,").
+        hint, min_hint = self.label.sizeHint(), self.label.minimumSizeHint()
+        if hint != self._hint or min_hint != self._min_hint:
+            self._hint, self._min_hint = hint, min_hint
+            self.updateGeometry()
+        super().showEvent(event)

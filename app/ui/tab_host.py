@@ -21,6 +21,10 @@ class TabHost(Protocol):
 
     def model_ready(self) -> bool: ...
 
+    def text_completion(self) -> bool:
+        """Whether chats with the loaded model are text completion (app.ui.text_completion)."""
+        ...
+
     def model_path(self) -> str | None: ...
 
     def loaded_model(self) -> LoadedModel | None:

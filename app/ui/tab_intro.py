@@ -6,13 +6,14 @@ and why tabs slow when they write together (:func:`sharing_text`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QWidget
 
-from app.engine.chat_template import TemplateSource
+from app.engine.chat_template import TemplateChoice, TemplateSource
+from app.engine.chat_template.choice import family_of
 from app.session import LoadedModel
+from app.ui.model_names import model_file_name
 from app.ui.wording import plural
 
 NO_MODEL_TEXT = (
@@ -39,8 +40,18 @@ BASE_STARTERS = (("Continue this text", "Once upon a time, in a small village by
 def is_base_model(model: LoadedModel) -> bool:
     """The file has no chat template and none was chosen by the user (a template the
     family expects may be in use, but the model was not trained to answer)."""
-    choice = model.chat_template
-    return choice is not None and choice.source not in (
+    return model.chat_template is not None and is_base_choice(model.chat_template)
+
+
+def template_label(choice: TemplateChoice) -> str:
+    """The template's name; a model file's own ("gguf") with the family it writes."""
+    family = family_of(choice.template) if choice.source is TemplateSource.GGUF else None
+    return f"{choice.name}, {family} style" if family else choice.name
+
+
+def is_base_choice(choice: TemplateChoice) -> bool:
+    """The template was chosen for a file without one, not by the user."""
+    return choice.source not in (
         TemplateSource.GGUF,
         TemplateSource.USER_FILE,
         TemplateSource.USER_CHOICE,
@@ -51,7 +62,7 @@ def intro_text(model: LoadedModel | None) -> str:
     """The empty chat's text (plain, several lines)."""
     if model is None:
         return NO_MODEL_TEXT
-    lines = [Path(model.path).name]
+    lines = [model_file_name(model.path)]
     choice = model.chat_template
     if choice is not None:
         kind = (
@@ -65,7 +76,7 @@ def intro_text(model: LoadedModel | None) -> str:
         lines.append(kind)
     lines.append(f"{plural(model.n_ctx_seq, 'token')} of context for this chat")
     if choice is not None:
-        lines.append(f"Template: {choice.name}. {choice.reason}")
+        lines.append(f"Template: {template_label(choice)}. {choice.reason}")
     lines.append("")
     lines.append(BASE_TEXT if is_base_model(model) else START_TEXT)
     return "\n".join(lines)
@@ -133,5 +144,8 @@ def sharing_tip(model: LoadedModel | None) -> str:
     """How the tabs share a step: one batched decode or in turn, and the measurement."""
     if model is None or model.batching is None:
         return ""
+    if model.settings.n_seq_max < 2:
+        # one sequence in the context: nothing is batched, the tabs take turns
+        return "Tabs writing together take turns: this context holds one conversation at a time."
     how = _MODE_TEXTS.get(model.batching.mode.value, model.batching.mode.value)
     return f"Tabs writing together are decoded {how}. {model.batching.reason}"

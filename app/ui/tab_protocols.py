@@ -59,6 +59,7 @@ class TurnTab(Protocol):
     turns_since_open: int
     last_completion: TurnResult | None
     tool_turns: TabToolTurns  # the chat's MCP tools and their rounds
+    document_mode: bool  # text completion: the branch shown as one document
 
     @property
     def generating(self) -> bool: ...

@@ -14,6 +14,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from app.ui.message_widget import MessageWidget
 
+# A reply with no new text for this long says so (a remote server that went quiet or
+# away), instead of a speed that falls as the seconds pass.
+QUIET_S = 2.0
+
 
 class ReplyBuffer:
     """The streaming reply's text, reasoning and figures (see the module docstring)."""
@@ -34,6 +38,9 @@ class ReplyBuffer:
         self.submitted_at = submitted_at
         self.first_token_ms: float | None = None
         self.tok_s = 0.0
+        self.last_text_at = 0.0  # perf_counter() of the last streamed text (0: none yet)
+        # text completion: the document before the reply, shown with it in one widget
+        self.prefix = ""
 
     def start(self) -> None:
         """The first streamed text: generation starts."""
@@ -52,6 +59,7 @@ class ReplyBuffer:
 
     def _buffered(self, n_tokens: int, sampled_at: float) -> None:
         self.gen_tokens += n_tokens
+        self.last_text_at = time.perf_counter()
         self.dirty = True
         if self.oldest_unpainted is None:
             self.oldest_unpainted = sampled_at
@@ -82,7 +90,9 @@ class ReplyBuffer:
         the oldest painted text was sampled, or None (nothing new)."""
         if not self.dirty:
             return None
-        if widget is not None:
+        if widget is not None and self.prefix:
+            widget.set_content(self.prefix + self.text())  # text completion: in place
+        elif widget is not None:
             if self.reasoning_parts:
                 widget.set_reply(self.text(), self.reasoning_text(), self.reasoning_ms)
             else:
@@ -91,7 +101,13 @@ class ReplyBuffer:
         painted, self.oldest_unpainted = self.oldest_unpainted, None
         return painted
 
+    def quiet_s(self) -> float:
+        """Seconds since the last streamed text (0: none came yet)."""
+        return time.perf_counter() - self.last_text_at if self.last_text_at else 0.0
+
     def measure_speed(self) -> None:
+        if self.quiet_s() >= QUIET_S:
+            return  # no text comes: a falling rate would say it still does
         elapsed = time.perf_counter() - self.gen_started
         if elapsed > 0.2:
             self.tok_s = self.gen_tokens / elapsed

@@ -98,6 +98,10 @@ class TabFigures:
         """What happened when the tab opened is old news once it has answered."""
         return replace(self, restored=None, parked=None, restore_error=None)
 
+    def restore_used(self) -> TabFigures:
+        """A turn ran on the restored cache: that it came from disk is not news now."""
+        return replace(self, restored=None)
+
     def restore_unused(self, n_to_process: int) -> bool:
         """Whether a turn that re-reads ``n_to_process`` tokens did without the restored
         cache: it re-reads at least half of what the cache held (old messages dropped,
@@ -118,9 +122,14 @@ def cache_note(info: TabFigures) -> CacheNote:
     return CacheNote.NONE
 
 
-def state_text(state: TabState, prompt: tuple[int, int], tok_s: float, info: TabFigures) -> str:
-    """What the tab does in words, and which machine answers where not this one."""
+def state_text(
+    state: TabState, prompt: tuple[int, int], tok_s: float, info: TabFigures, quiet_s: float = 0.0
+) -> str:
+    """What the tab does in words, and which machine answers where not this one
+    (``quiet_s``: how long the streaming reply has had no new text, when that is long)."""
     words = _state_words(state, prompt, tok_s, info)
+    if state is TabState.GENERATING and quiet_s:
+        words = f"waiting for text: none for {int(quiet_s)} s"
     return f"{words} · {info.engine}" if info.engine else words
 
 
@@ -180,12 +189,28 @@ class MeterFigures:
     # about how many tokens the chat has when none of it is in the cache yet (an imported
     # chat, a chat after a model switch): it is read at the next send (0: none to say)
     uncached: int = 0
+    about: bool = False  # ``n`` is an estimate (a reply streams on an engine that says none)
 
     @classmethod
-    def of(cls, info: TabFigures, estimate: int = 0, max_tokens: int | None = None) -> MeterFigures:
+    def of(
+        cls,
+        info: TabFigures,
+        estimate: int = 0,
+        max_tokens: int | None = None,
+        streamed: int = 0,
+        estimate_only: bool = False,
+    ) -> MeterFigures:
         """``estimate``: the chat's tokens, about (said only while the cache holds none).
         ``max_tokens``: the conversation's reply limit, for the reserve the next reply keeps
-        where the engine has not fitted a turn yet (a reopened chat, a new tab)."""
+        where the engine has not fitted a turn yet (a reopened chat, a new tab).
+        ``streamed``: the tokens of the reply streaming now (0: none). ``estimate_only``:
+        the held count is out of date (a message was deleted): the chat's, about."""
+        if estimate_only and info.n_ctx:
+            return cls(estimate, 0, info.n_ctx, info.n_dropped, about=True)
+        if streamed and info.n_tokens == 0 and info.n_ctx:
+            # an engine that says its figures only when the turn ends (a remote one): the
+            # chat and the reply so far, about, rather than "not cached yet" all along
+            return cls(estimate + streamed, 0, info.n_ctx, info.n_dropped, about=True)
         uncached = estimate if info.n_tokens == 0 and info.n_ctx else 0
         reserved = info.n_reserved
         if not reserved and not info.generating and info.n_ctx and not info.engine:
@@ -197,6 +222,8 @@ class MeterFigures:
     def text(self, compact: bool) -> str:
         """The meter label (``compact``: a narrow window)."""
         n, reserved, n_ctx = self.n, self.reserved, self.n_ctx
+        if self.about:
+            return f"~{n:,}/{n_ctx:,}" if compact else f"~{n:,} / {n_ctx:,} tokens"
         if self.uncached:
             about = f"~{self.uncached:,}/{n_ctx:,}"
             return about if compact else f"~{self.uncached:,} / {n_ctx:,} tokens · not cached yet"
@@ -210,6 +237,11 @@ class MeterFigures:
 
     def tip(self) -> str:
         """The meter's and its label's tooltip."""
+        if self.about:
+            return (
+                f"About {tokens_text(self.n)} of the context of {self.n_ctx:,}, with the "
+                "reply so far (an estimate: the engine says its count when the reply ends)."
+            )
         if self.uncached:
             return (
                 f"This conversation has about {tokens_text(self.uncached)} (an estimate), none "

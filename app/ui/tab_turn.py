@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING
 from app.engine import SamplingParams
 from app.engine.reasoning import Channel
 from app.errors import LlamaDeskError
-from app.messages import ChatMessage
+from app.messages import ChatMessage, document
 from app.session import RecordedTurn, ReplyMeta, TurnResult, reasoning_options
 from app.session import events as ev
 from app.ui.chat_messages import message_data
 from app.ui.tab_status import TabState
+from app.ui.text_completion import document_data
 from app.ui.wording import plural
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ class TabTurn:
         self._finished = None
         self._parent = None
         tab.reply.reset(submitted_at=time.perf_counter())
+        raw = tab.document_mode  # text completion: the document is the prompt
         tab.view.set_actions_enabled(False)
         tab.set_generating(True)
         tab.state = TabState.QUEUED
@@ -75,8 +77,9 @@ class TabTurn:
             sampling=params,
             reasoning=reasoning_options(sampling),
             # the chat's MCP tools, and the results of the calls ``parent_id`` made
-            tools=tab.tool_turns.request(continuing=bool(tool_results)),
+            tools=None if raw else tab.tool_turns.request(continuing=bool(tool_results)),
             tool_results=tool_results,
+            raw=raw,
         )
         self._answer = future
         tab.host.worker.when_done(
@@ -115,6 +118,8 @@ class TabTurn:
             except LlamaDeskError as exc:
                 tab.notify(str(exc))
         tab.show_branch()
+        if tab.document_mode:  # the reply is painted after the document, in place
+            tab.reply.prefix = document(tab.branch)
         last = tab.view.last()
         if last is not None and tab.generating:
             last.set_streaming(True)
@@ -239,7 +244,8 @@ class TabTurn:
             widget = tab.view.widget_for(reply_id)
             if widget is not None:
                 widget.set_streaming(False)
-                widget.update_data(message_data(tab.db, message))
+                shown = document_data(tab.db, tab.branch) if tab.document_mode else []
+                widget.update_data(shown[0] if shown else message_data(tab.db, message))
         tab.view.set_actions_enabled(True)
         tab.update_status()
         tab.reload_conversation()

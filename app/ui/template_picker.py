@@ -11,17 +11,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Signal, Slot
+from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
+    QDialog,
+    QDialogButtonBox,
     QFileDialog,
     QHBoxLayout,
     QLabel,
+    QPlainTextEdit,
+    QPushButton,
     QVBoxLayout,
     QWidget,
 )
 
 from app.engine.chat_template import TemplateChoice, TemplateSource, bundled_templates
+from app.ui.tab_intro import is_base_choice as is_base_model_choice
+from app.ui.tab_intro import template_label
+from app.ui.text_completion import RAW_TEMPLATE, RAW_TEXT
 
 AUTOMATIC_TEXT = "Automatic (the model's own, else by its vocabulary)"
 FILE_TEXT = "A template file…"
@@ -37,11 +44,24 @@ SOURCE_TEXTS = {
 }
 
 
+RAW_TIP = (
+    "No template: a chat is one text the model continues (for base models, which were "
+    "not trained to answer)"
+)
+RAW_IN_USE = (
+    "In use: none, text completion. A chat is one text: the model continues it as it stands."
+)
+BASE_IN_USE = (
+    "In use: none, text completion: this is a base model (its file has no chat "
+    "template), so a chat is one text it continues. Choose a template to chat with it."
+)
+
+
 def in_use_text(choice: TemplateChoice | None) -> str:
     """The template in use in a few words, then why (empty without a model)."""
     if choice is None:
         return ""
-    return f"In use: {choice.name} ({SOURCE_TEXTS[choice.source]}). {choice.reason}"
+    return f"In use: {template_label(choice)} ({SOURCE_TEXTS[choice.source]}). {choice.reason}"
 
 
 class TemplatePicker(QWidget):
@@ -69,6 +89,13 @@ class TemplatePicker(QWidget):
         self.in_use.setObjectName("chat-template-in-use")
         self.in_use.setWordWrap(True)
         layout.addWidget(self.in_use)
+        self.view_button = QPushButton("View…")
+        self.view_button.setObjectName("chat-template-view")
+        self.view_button.setToolTip("The Jinja text of the template in use (read only)")
+        self.view_button.clicked.connect(self.view_template)
+        row.addWidget(self.view_button)  # beside the choice: the panel keeps its height
+        self._choice: TemplateChoice | None = None
+        self.viewer: QDialog | None = None
         self._value = ""
         self._fill()
         self.combo.activated.connect(self._on_activated)
@@ -79,6 +106,8 @@ class TemplatePicker(QWidget):
         try:
             self.combo.clear()
             self.combo.addItem(AUTOMATIC_TEXT, "")
+            self.combo.addItem(RAW_TEXT, RAW_TEMPLATE)
+            self.combo.setItemData(self.combo.count() - 1, RAW_TIP, 3)  # tooltip
             for name in sorted(bundled_templates()):
                 self.combo.addItem(name, name)
             if self._value and self.combo.findData(self._value) < 0:
@@ -95,9 +124,41 @@ class TemplatePicker(QWidget):
     def set_model(self, choice: TemplateChoice | None, value: str) -> None:
         """The loaded model's template in use (None: no model) and the stored choice."""
         self._value = value
+        self._choice = choice
         self._fill()
         self.combo.setEnabled(choice is not None)
-        self.in_use.setText(in_use_text(choice) or "No model is loaded.")
+        self.view_button.setEnabled(choice is not None and bool(choice.template))
+        text = in_use_text(choice) or "No model is loaded."
+        if choice is not None and value == RAW_TEMPLATE:
+            text = RAW_IN_USE
+        elif choice is not None and not value and is_base_model_choice(choice):
+            # the automatic template is not in use: say so, and what a chat would get
+            text = f"{BASE_IN_USE} {text.replace('In use:', 'A chat would get', 1)}"
+        self.in_use.setText(text)
+
+    @Slot()
+    def view_template(self) -> QDialog | None:
+        """The template in use, its text read only, in a window beside the settings."""
+        choice = self._choice
+        if choice is None or not choice.template:
+            return None
+        dialog = QDialog(self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.setObjectName("chat-template-viewer")
+        dialog.setWindowTitle(f"Chat template: {choice.name}")
+        layout = QVBoxLayout(dialog)
+        text = QPlainTextEdit(choice.template)
+        text.setObjectName("chat-template-text")
+        text.setReadOnly(True)
+        text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        layout.addWidget(text)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(dialog.reject)
+        layout.addWidget(buttons)
+        dialog.resize(640, 480)
+        self.viewer = dialog
+        dialog.open()
+        return dialog
 
     @Slot(int)
     def _on_activated(self, index: int) -> None:

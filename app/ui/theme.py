@@ -87,6 +87,20 @@ DARK_CHAT = ChatColors(
 )
 
 
+# Secondary text (a reply's figures line, the new chat's intro): muted but readable, at
+# least 4.5:1 on the base colour (WCAG AA). The palette's disabled text was used before:
+# about 2:1, "very faint".
+LIGHT_MUTED = "#5f6670"
+DARK_MUTED = "#a0a6ae"
+
+
+def set_muted(widget: QWidget, dark: bool) -> None:
+    """Give ``widget``'s text the theme's muted colour (again after a theme switch)."""
+    palette = widget.palette()
+    palette.setColor(QPalette.ColorRole.WindowText, QColor(DARK_MUTED if dark else LIGHT_MUTED))
+    widget.setPalette(palette)
+
+
 def chat_colors(dark: bool) -> ChatColors:
     return DARK_CHAT if dark else LIGHT_CHAT
 

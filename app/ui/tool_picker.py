@@ -13,9 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from PySide6.QtCore import Qt, Slot
+from PySide6.QtCore import QPoint, Qt, Slot
 from PySide6.QtWidgets import (
+    QComboBox,
     QFrame,
+    QHBoxLayout,
+    QHeaderView,
     QLabel,
     QPushButton,
     QToolButton,
@@ -26,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 from shiboken6 import isValid
 
+from app.engine.tool_calls.request import ToolChoiceMode
 from app.mcp.client import McpTool
 from app.ui.tool_runner import Connected, ToolRunner
 from app.ui.tool_selection import ToolSelection, selection_path
@@ -57,6 +61,39 @@ class ToolsTab(Protocol):
     def notify(self, text: str, error: bool = True) -> None: ...
 
 
+# How the chat's next messages may call (the CLI's --tool-choice): the combo's items
+CHOICES = (
+    (ToolChoiceMode.AUTO, "The model may call a tool"),
+    (ToolChoiceMode.REQUIRED, "The model must call a tool"),
+    (ToolChoiceMode.NONE, "No calls (tools described only)"),
+)
+CHOICE_TIP = (
+    "How your next messages may call the tools on (like --tool-choice on the command "
+    "line). A reply to tool results may always answer in words, so a forced call does not "
+    "repeat for ever."
+)
+
+
+def place_on_screen(popup: QWidget, anchor: QWidget) -> None:
+    """Put ``popup`` under ``anchor`` (its right edges lined up), or above it where the
+    screen ends below; never past the screen's edges."""
+    below = anchor.mapToGlobal(QPoint(anchor.width(), anchor.height()))
+    above = anchor.mapToGlobal(QPoint(anchor.width(), 0))
+    screen = anchor.screen().availableGeometry()
+    width = min(popup.width(), screen.width())
+    height = min(popup.height(), screen.height())
+    popup.resize(width, height)
+    x = min(max(below.x() - width, screen.left()), screen.right() + 1 - width)
+    y = below.y()
+    if y + height > screen.bottom() + 1:
+        y = (
+            above.y() - height
+            if above.y() - height >= screen.top()
+            else screen.bottom() + 1 - height
+        )
+    popup.move(x, max(y, screen.top()))
+
+
 class ToolPicker(QFrame):
     """The list of servers and tools, with check boxes (a popup under the button)."""
 
@@ -72,6 +109,16 @@ class ToolPicker(QFrame):
         self.tree.setAccessibleName("Tools of this chat")
         self.tree.itemChanged.connect(self._on_changed)
         layout.addWidget(self.tree, 1)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Calls:"))
+        self.choice = QComboBox()
+        self.choice.setObjectName("tool-choice")
+        self.choice.setToolTip(CHOICE_TIP)
+        for mode, text in CHOICES:
+            self.choice.addItem(text, mode)
+        self.choice.activated.connect(self._on_choice)
+        row.addWidget(self.choice, 1)
+        layout.addLayout(row)
         self.summary = QLabel()
         self.summary.setObjectName("tool-picker-summary")
         self.summary.setWordWrap(True)
@@ -122,7 +169,13 @@ class ToolPicker(QFrame):
                     )
                     top.addChild(child)
                 top.setExpanded(True)
+        # the names whole (not "ge…"): the name column takes what the cost column leaves
         self.tree.resizeColumnToContents(0)
+        header = self.tree.header()
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        self.choice.setCurrentIndex(max(0, self.choice.findData(self._tools.choice())))
         self.tree.blockSignals(False)
         self.summary.setText(tools.summary())
 
@@ -136,6 +189,10 @@ class ToolPicker(QFrame):
                 if child is not None and child.data(0, PAIR_ROLE) is not None:
                     out.append(child)
         return out
+
+    @Slot(int)
+    def _on_choice(self, index: int) -> None:
+        self._tools.set_choice(ToolChoiceMode(self.choice.itemData(index)))
 
     @Slot(QTreeWidgetItem, int)
     def _on_changed(self, item: QTreeWidgetItem, column: int) -> None:
@@ -247,6 +304,18 @@ class ChatTools:
         if self.picker is not None and isValid(self.picker):
             self.picker.summary.setText(self.summary())
 
+    def choice(self) -> ToolChoiceMode:
+        """How the chat's next message may call (the tab's turns keep it)."""
+        turns = getattr(self.tab, "tool_turns", None)
+        mode = getattr(turns, "choice", ToolChoiceMode.AUTO)
+        return mode if isinstance(mode, ToolChoiceMode) else ToolChoiceMode.AUTO
+
+    def set_choice(self, mode: ToolChoiceMode) -> None:
+        turns = getattr(self.tab, "tool_turns", None)
+        if turns is not None:
+            turns.choice = mode
+        self._update_button()
+
     def cost(self) -> ToolCost:
         pairs = [(t.server, t.name) for t in self.available()]
         return ToolCost(tuple(self.costs.get(p, 0) for p in pairs), self.estimated)
@@ -269,7 +338,8 @@ class ChatTools:
 
     def _update_button(self) -> None:
         n = len(self.enabled)
-        self.button.setText(f"Tools: {n}" if n else "Tools")
+        forced = n and self.choice() is ToolChoiceMode.REQUIRED
+        self.button.setText(f"Tools: {n}{' (must call)' if forced else ''}" if n else "Tools")
         warning = share_warning(self.cost(), self.tab.info.n_ctx) if self.available() else ""
         self.warning.setText(warning)
         self.warning.setVisible(bool(warning))
@@ -287,8 +357,7 @@ class ChatTools:
             self.picker = ToolPicker(self, self.button)
         picker = self.picker
         picker.fill()
-        below = self.button.mapToGlobal(self.button.rect().bottomLeft())
-        picker.move(below.x() - picker.width() + self.button.width(), below.y())
+        place_on_screen(picker, self.button)
         picker.show()
         self.connect()
         return picker

@@ -26,6 +26,7 @@ from shiboken6 import isValid
 
 from app.engine.tool_calls.request import ToolChoiceMode, ToolRequest
 from app.engine.tool_calls.specs import ToolSpecError
+from app.engine.tool_calls.usable import usable_tools
 from app.mcp.approval import denied_result
 from app.mcp.host import ModelCall, RoundResult
 from app.mcp.loop_guard import LoopGuard
@@ -76,6 +77,7 @@ class TabToolTurns:
         self._current = 0  # the call the round is at (for "waiting" / "running")
         self._reply_id = 0  # the reply whose calls the round runs
         self._streamed: dict[int, list[str]] = {}  # index -> [call id, name, arguments]
+        self._left_out: set[str] = set()  # tools already said to be left out (said once)
         self.asker = ApprovalAsker(tab, self._on_dialog)
         # How the user's turns may call (auto: the model chooses); a continuation after
         # results is always auto, so a forced call cannot repeat for ever.
@@ -101,7 +103,11 @@ class TabToolTurns:
                 "The MCP servers are being connected: this message goes without tools.", False
             )
             return None
-        specs = runner.openai_tools(tools.enabled)
+        specs, left_out = usable_tools(runner.openai_tools(tools.enabled))
+        for warning in left_out:  # one bad tool must not take the others with it
+            if warning not in self._left_out:
+                self._left_out.add(warning)
+                self.tab.notify(warning, False)
         if not specs:
             return None
         try:

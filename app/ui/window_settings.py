@@ -20,6 +20,7 @@ from app.errors import LlamaDeskError
 from app.session import LoadedModel
 from app.storage import save_settings
 from app.ui.devices_settings import load_device_settings
+from app.ui.text_completion import RAW_TEMPLATE, engine_template
 from app.ui.theme import THEMES, apply_theme, current_theme
 
 if TYPE_CHECKING:
@@ -71,13 +72,15 @@ class WindowSettings:
         choice that cannot be used any more, a moved file, is said and dropped)."""
         win = self.win
         value = win.app_settings.model_chat_templates.get(path, "")
-        problem = user_template_problem(value)
+        problem = None if value == RAW_TEMPLATE else user_template_problem(value)
         if problem is not None:
             win.show_message(f"{problem} The model gets its automatic template.")
             self._store_template(path, "")
             value = ""
         # the devices section's choices (app/ui/devices_settings) with this model's template
-        return dataclasses.replace(load_device_settings().model_settings(), chat_template=value)
+        return dataclasses.replace(
+            load_device_settings().model_settings(), chat_template=engine_template(value)
+        )
 
     def template_value(self, path: str) -> str:
         return self.win.app_settings.model_chat_templates.get(path, "")
@@ -97,7 +100,7 @@ class WindowSettings:
         win = self.win
         if win.model is None:
             return
-        problem = user_template_problem(value)
+        problem = None if value == RAW_TEMPLATE else user_template_problem(value)
         if problem is not None:
             win.show_message(problem)
             self.sync_template_picker()
@@ -106,7 +109,7 @@ class WindowSettings:
         self._store_template(path, value)
 
         def use(engine: Engine) -> TemplateChoice:
-            return engine.set_chat_template(value)
+            return engine.set_chat_template(engine_template(value))
 
         win.worker.call(use, lambda result: self._template_set(path, result))
 

@@ -6,8 +6,10 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QLabel, QMainWindow, QProgressBar, QToolButton
 
+from app.remote.saved import is_address
 from app.session import events as ev
 from app.settings_schema import format_bytes
+from app.ui.model_names import model_file_name
 from app.ui.wording import plural
 
 if TYPE_CHECKING:
@@ -69,7 +71,7 @@ class WindowStatus:
         self.speed_label.setText(
             f"{win.total_tok_s:.1f} tok/s · {busy} generating" if busy else "idle"
         )
-        if win.model is not None and stats.loaded:
+        if win.model is not None and stats.loaded and not is_address(win.model.path):
             held = stats.kv_tokens_held
             n_ctx = stats.n_ctx
             # A sliding-window or recurrent cache holds more tokens than it has cells:
@@ -88,6 +90,18 @@ class WindowStatus:
             self.memory_label.setText("")
             return
         info = model.info
+        if is_address(model.path):
+            # a remote model: no file here, no parameter count, no local memory; the
+            # context each chat gets when the server says it
+            name = model_file_name(model.path)
+            n_ctx = model.n_ctx or info.n_ctx_train
+            parts = [name, model.engine] + ([f"context {n_ctx:,}"] if n_ctx else [])
+            full = " · ".join(parts)
+            self.model_label.setText(name if self.narrow else full)
+            self.model_label.setToolTip(full)
+            self.memory_label.setText("")
+            self.memory_label.setToolTip("")
+            return
         n_ctx = model.n_ctx or model.settings.n_ctx
         full = (
             f"{info.display_name} · {info.params_label} · {info.file_type} · "

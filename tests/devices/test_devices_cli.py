@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from app import crash_supervisor
 from app.cli import main
 from tests.support.arch_models import write_arch_model
 
@@ -66,8 +67,16 @@ def test_rpc_worker_refuses_an_open_address(capsys: pytest.CaptureFixture[str]) 
     ],
 )
 def test_bad_device_flags_are_sentences(
-    flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    flags: list[str],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # In this process, not a forked child: `run` forks before it loads (app.crash_supervisor)
+    # and a child of pytest that finds an error after the fork returned into pytest, which
+    # then ran the rest of the suite a second time (415 s) while this test waited for it.
+    monkeypatch.setenv(crash_supervisor.DISABLE_ENV, "1")
     model = write_arch_model(tmp_path / "m.gguf", "llama")
     code = main(["run", str(model), "hi", "--raw", "-n", "1", *flags])
     assert code == 2

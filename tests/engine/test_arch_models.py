@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from app.engine import Engine, SamplingParams
+from app.engine.backend import ensure_backend
 from app.engine.context import Context
-from app.engine.model import Model, ensure_backend
+from app.engine.model import Model
 from tests.support.arch_models import (
     ARCHITECTURES,
     SLIDING_WINDOW,

@@ -276,6 +276,7 @@ def test_run_is_a_client_of_the_session(
     do), never the engine's own loop; its turns are submitted together in one batch."""
     from contextlib import AbstractContextManager
 
+    from app import crash_supervisor
     from app.cli import main
     from app.engine import Engine
     from app.session import Session
@@ -283,6 +284,8 @@ def test_run_is_a_client_of_the_session(
     def refused(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("run drove the engine directly")
 
+    # the command in this process (its patches apply), not in the child `run` forks
+    monkeypatch.setenv(crash_supervisor.DISABLE_ENV, "1")
     for name in ("open", "run_until_done", "complete"):
         monkeypatch.setattr(Engine, name, refused)
     batches: list[int] = []

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from app.engine import ModelLoadError, read_model_info
+from app.engine.backend import ensure_backend
 from app.engine.gguf_header import GGML_TYPE_SIZES, GGUFArray, read_header
 from app.engine.header_checks import duplicate_tokens, llama_token_texts
 from app.engine.metadata import FILE_TYPE_NAMES, LLAMA_CPP_ARCHITECTURES, ArchParams, ModelInfo
-from app.engine.model import ensure_backend
 from tests.support.big_vocab import bpe_vocab, write_big_vocab_model
 from tests.support.gguf_models import TinySpec, write_tiny_model, write_tiny_t5
 from tests.support.gguf_reference import reference_model_info
@@ -212,7 +212,7 @@ def _token_array(tmp_path: Path, tokens: list[bytes]) -> GGUFArray:
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.close()
-    array = read_header(path).fields["tokenizer.ggml.tokens"]
+    array: GGUFArray = read_header(path).fields["tokenizer.ggml.tokens"]  # fields: Any values
     assert [array.raw(i) for i in range(len(array))] == tokens
     return array
 

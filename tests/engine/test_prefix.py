@@ -3,6 +3,8 @@ the one spelling of the context-full policies (app/engine/context_policy.py)."""
 
 from __future__ import annotations
 
+import json
+
 from app.engine.context_policy import ContextFullPolicy
 from app.engine.prefix import cached_tokens, common_prefix
 
@@ -25,4 +27,4 @@ def test_policies_parse_their_words_only() -> None:
     assert ContextFullPolicy.parse("shift") is ContextFullPolicy.SHIFT
     assert ContextFullPolicy.parse(ContextFullPolicy.STOP) is ContextFullPolicy.STOP
     assert ContextFullPolicy.parse("drop") is None and ContextFullPolicy.parse(None) is None
-    assert ContextFullPolicy.STOP == "stop"  # a str enum: stored JSON keeps the word
+    assert json.dumps(ContextFullPolicy.STOP) == '"stop"'  # a str enum: stored JSON keeps the word

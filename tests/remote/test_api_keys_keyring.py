@@ -23,7 +23,7 @@ class LockableKeyring(KeyringBackend):
     priority = 1
 
     def __init__(self) -> None:
-        super().__init__()
+        # (KeyringBackend.__init__ only reads KEYRING_PROPERTY_* variables, and is untyped)
         self.secrets: dict[tuple[str, str], str] = {}
         self.locked = False
 

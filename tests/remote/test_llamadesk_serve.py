@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from app.remote import ServerKind
-from tests.remote.conftest import ROOT, RemoteChat, ServeProcess
+from tests.remote.conftest import ROOT, RemoteChat
 from tests.remote.stub_server import REPLY, StubServer
+from tests.support.serve_process import ServeProcess
 
 pytestmark = pytest.mark.timeout(180)
 

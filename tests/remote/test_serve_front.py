@@ -9,8 +9,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.remote.conftest import ServeProcess
 from tests.remote.stub_server import REPLY, StubServer
+from tests.support.serve_process import ServeProcess
 
 pytestmark = pytest.mark.timeout(120)
 

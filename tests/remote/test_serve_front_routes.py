@@ -14,9 +14,9 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.remote.conftest import ServeProcess
 from tests.remote.llama_server_process import start_llama_server
 from tests.remote.stub_server import StubServer
+from tests.support.serve_process import ServeProcess
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -11,7 +11,7 @@ import enum
 import json
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import httpx2
 import openai
@@ -235,3 +235,74 @@ def test_a_history_that_does_not_fit_together_is_a_400(
     assert response.status_code == 400, response.text
     message = response.json()["error"]["message"]
     assert needle in message and message.endswith("."), message
+
+
+def test_a_streamed_replys_first_delta_has_null_content(client: openai.OpenAI) -> None:
+    """As the non-streamed reply with a call and llama-server have it: null, not ""."""
+    body = {
+        "messages": ASK,
+        "tools": [TRIP],
+        "tool_choice": "required",
+        "max_tokens": 300,
+        "temperature": 0,
+        "stream": True,
+    }
+    with httpx2.stream("POST", f"{client.base_url}chat/completions", json=body, timeout=90) as r:
+        lines = [line for line in r.iter_lines() if line.startswith("data: {")]
+    first = json.loads(lines[0][len("data: ") :])["choices"][0]["delta"]
+    assert first == {"role": "assistant", "content": None}
+    reply = client.chat.completions.create(
+        model="x", messages=ASK, tools=[TRIP], tool_choice="required", max_tokens=300
+    )
+    assert reply.choices[0].message.content is None
+
+
+def _mcp_plan_tool(folder: Path) -> dict[str, Any]:
+    """The ``plan`` tool as a real MCP server (the SDK's MCPServer) lists it: its parameter
+    is a pydantic model, so its schema has ``$defs``."""
+    import sys
+
+    import anyio
+
+    from app.mcp.approval import ApprovalPolicy
+    from app.mcp.client import McpManager
+    from app.mcp.config import McpConfig, StdioServer
+    from app.mcp.host import ToolHost
+    from tests.mcp.test_run_mcp_tools import SERVER
+
+    script = folder / "server.py"
+    script.write_text(SERVER, encoding="utf-8")
+
+    async def listed() -> list[dict[str, Any]]:
+        server = StdioServer("one", sys.executable, (str(script), "one", "10"), {})
+        async with McpManager(McpConfig((server,)), start_timeout=60) as manager:
+            host = ToolHost(manager, ApprovalPolicy(folder / "permissions.json"))
+            return host.openai_tools()
+
+    [plan] = [t for t in anyio.run(listed) if t["function"]["name"] == "plan"]
+    return plan
+
+
+@pytest.mark.timeout(300)
+def test_an_mcp_sdk_tool_with_defs_for_auto_required_and_named(
+    client: openai.OpenAI, tmp_path: Path
+) -> None:
+    plan = _mcp_plan_tool(tmp_path)
+    assert "$defs" in plan["function"]["parameters"]
+    named: Any = {"type": "function", "function": {"name": "plan"}}
+    choices: list[Any] = ["auto", "required", named]
+    for choice in choices:
+        reply = client.chat.completions.create(
+            model="x",
+            messages=ASK,
+            tools=[cast(Any, plan)],
+            tool_choice=choice,
+            temperature=0,
+            max_tokens=300 if choice != "auto" else 24,
+        )
+        calls: list[Any] = list(reply.choices[0].message.tool_calls or [])
+        if choice != "auto":
+            [call] = calls
+            arguments = json.loads(call.function.arguments)
+            assert arguments["trip"]["place"]["city"] in ("Paris", "Rome")
+            assert arguments["trip"]["unit"] in ("c", "f")

@@ -15,7 +15,8 @@ import openai
 import pytest
 
 from app.server import ServerConfig, ServerRunner
-from tests.server.conftest import MakeServer, ServeProcess, start_server
+from tests.server.conftest import MakeServer, start_server
+from tests.support.serve_process import ServeProcess
 
 CHAT = "/v1/chat/completions"
 # Just under the 8 MiB body bound once JSON-encoded.

@@ -19,8 +19,9 @@ import openai
 import pytest
 
 from app.storage import Database
-from tests.server.conftest import ROOT, ServeProcess
+from tests.server.conftest import ROOT
 from tests.support.arch_models import SPECS, D, write_arch_model
+from tests.support.serve_process import ServeProcess
 
 
 def chat(url: str, messages: list[Any], conversation: str | None = None) -> Any:

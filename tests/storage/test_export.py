@@ -208,8 +208,8 @@ def test_failure_during_insert_rolls_back_everything(
     data = _valid(5)
     data["conversations"] *= 3
     import app.storage.export as export_module
+    from app.storage.conversations.rows import insert_message_row as real
 
-    real = export_module.insert_message_row
     calls = {"n": 0}
 
     def failing(*args: Any) -> int:
@@ -339,18 +339,11 @@ def _conversation(draw: st.DrawFn) -> dict[str, Any]:
     n = draw(st.integers(0, 25))
     chain = draw(st.sampled_from([0, 0, 0, 50, 1500]))  # sometimes a very deep branch
     messages: list[dict[str, Any]] = []
-    for i in range(1, n + chain + 1):
-        if i <= n:
-            parent = draw(st.one_of(st.none(), st.integers(1, i - 1))) if i > 1 else None
-            content = draw(_content)
-            meta = draw(st.dictionaries(st.text(max_size=8), _json_values, max_size=3))
-            reasoning = draw(st.sampled_from(["", "", "</details><script>x</script>"]) | _content)
-            reasoning_ms = draw(st.none() | st.floats(0, 1e9))
-        else:
-            parent = i - 1 if i > 1 else None
-            content = f"deep {i} ✓"
-            meta = {}
-            reasoning, reasoning_ms = "", None
+    for i in range(1, n + 1):
+        parent = draw(st.one_of(st.none(), st.integers(1, i - 1))) if i > 1 else None
+        content = draw(_content)
+        meta = draw(st.dictionaries(st.text(max_size=8), _json_values, max_size=3))
+        reasoning = draw(st.sampled_from(["", "", "</details><script>x</script>"]) | _content)
         messages.append(
             {
                 "id": i,
@@ -366,7 +359,30 @@ def _conversation(draw: st.DrawFn) -> dict[str, Any]:
                 "model_path": draw(st.none() | st.text(max_size=30)),
                 "meta": meta,
                 "reasoning": reasoning,
-                "reasoning_ms": reasoning_ms,
+                "reasoning_ms": draw(st.none() | st.floats(0, 1e9)),
+            }
+        )
+    # The deep branch tests depth, not the fields (the messages above vary those): its
+    # fields come from its position, not from a dozen draws each (1,500 messages made of
+    # draws took most of the test's time, in Hypothesis, not in the code under test).
+    roles, statuses = ("system", "user", "assistant", "tool"), ("complete", "partial", "stopped")
+    for i in range(n + 1, n + chain + 1):
+        messages.append(
+            {
+                "id": i,
+                "parent": i - 1 if i > 1 else None,
+                "role": roles[i % 4],
+                "content": f"deep {i} ✓",
+                "status": statuses[i % 3],
+                "created_at": float(i),
+                "updated_at": i + 0.5,
+                "token_count": i if i % 2 else None,
+                "prompt_tokens": None if i % 3 else i * 7,
+                "tokens_per_second": i / 3 if i % 5 else None,
+                "model_path": None if i % 2 else f"/m/{i}.gguf",
+                "meta": {},
+                "reasoning": "",
+                "reasoning_ms": None,
             }
         )
     source = draw(st.sampled_from(["default", "auto", "user"]))

@@ -14,6 +14,7 @@ The cache family of each architecture (see DESIGN.md section 2b) is in :data:`FA
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -480,7 +481,7 @@ def _values(name: str, shape: Shape, rng: np.random.Generator, gain: float) -> n
         return np.zeros(np_shape)
     if len(shape) == 1:  # per-channel vectors (rwkv k_k, w0, ...)
         return rng.uniform(0.0, 1.0, np_shape)
-    return rng.standard_normal(np_shape) * gain / np.sqrt(shape[0])
+    return rng.standard_normal(np_shape) * gain / math.sqrt(shape[0])
 
 
 def write_arch_model(

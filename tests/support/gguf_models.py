@@ -8,6 +8,7 @@ need text that makes sense use the project's demo model.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -182,7 +183,7 @@ def write_tiny_t5(
     rng = np.random.default_rng(seed)
 
     def w(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * 2.8 / np.sqrt(shape[-1])).astype(np.float32)
+        return (rng.standard_normal(shape) * 2.8 / math.sqrt(shape[-1])).astype(np.float32)
 
     writer = gguf.GGUFWriter(str(path), "t5")
     writer.add_name("tiny-test-t5")

@@ -25,6 +25,9 @@ from tests.tools.grammar_check import grammar_accepts
 F = ToolCallFormat
 # The two families whose call syntax has no JSON (LFM2, Gemma 4) take scalars only.
 FLAT = {F.LFM2, F.GEMMA4}
+# Sorted out here: inside parametrize's arguments mypy would infer the members as object.
+JSON_FAMILIES = sorted(set(F) - FLAT, key=lambda f: f.value)
+ALL_FAMILIES = sorted(F, key=lambda f: f.value)
 
 
 class Unit(enum.Enum):
@@ -81,7 +84,7 @@ def test_the_pydantic_tools_really_use_refs() -> None:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("fmt", sorted(set(F) - FLAT, key=lambda f: f.value), ids=lambda f: f.value)
+@pytest.mark.parametrize("fmt", JSON_FAMILIES, ids=lambda f: f.value)
 def test_a_pydantic_model_parameter_is_forced_in_every_json_family(
     model: llama_cpp.llama_model_p, fmt: ToolCallFormat
 ) -> None:
@@ -103,7 +106,7 @@ def test_a_pydantic_model_parameter_is_forced_in_every_json_family(
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("fmt", sorted(F, key=lambda f: f.value), ids=lambda f: f.value)
+@pytest.mark.parametrize("fmt", ALL_FAMILIES, ids=lambda f: f.value)
 def test_an_enum_class_parameter_is_forced_in_every_family(
     model: llama_cpp.llama_model_p, fmt: ToolCallFormat
 ) -> None:
@@ -153,3 +156,28 @@ def test_a_ref_that_points_at_nothing_is_a_sentence() -> None:
 def test_parameters_without_refs_are_used_as_given() -> None:
     parameters = {"type": "object", "properties": {"city": {"type": "string"}}}
     assert local_schema(parameters).parameters is parameters
+
+
+def test_one_bad_tool_is_left_out_and_the_others_kept() -> None:
+    """What the window and ``run --mcp`` offer of MCP servers' tools (usable_tools)."""
+    from app.engine.tool_calls.usable import usable_tools
+
+    good = openai.pydantic_function_tool(Meeting)
+    no_grammar = {
+        "type": "function",
+        "function": {
+            "name": "bad",
+            "parameters": {
+                "type": "object",
+                "properties": {"p": {"type": "string", "pattern": "a{5000}"}},
+            },
+        },
+    }
+    malformed = {"type": "function", "function": {"name": "worse", "parameters": {"type": "array"}}}
+    kept, warnings = usable_tools([good, no_grammar, malformed])
+    assert kept == [good]
+    assert [w.split(":")[0] for w in warnings] == [
+        "The tool 'bad' is left out",
+        "The tool 'worse' is left out",
+    ]
+    assert all(w.endswith(".") and "{'" not in w for w in warnings)

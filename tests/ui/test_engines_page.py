@@ -75,19 +75,16 @@ def test_a_llamadesk_server_is_added_tested_and_saved(
     gui = threading.get_ident()
     probed_on: list[int] = []
     import app.ui.engines_page as module
-
-    real = module.probe_connection
+    from app.remote.loader import probe_connection as real
 
     def watched(conn):  # type: ignore[no-untyped-def]
         probed_on.append(threading.get_ident())
         return real(conn)
 
-    module.probe_connection = watched
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "probe_connection", watched)
         add(widget, "serve-box", serve.url)
         qtbot.waitUntil(lambda: not widget.testing(), timeout=15000)
-    finally:
-        module.probe_connection = real
     assert probed_on and gui not in probed_on  # the probe ran off the GUI thread
     assert "serve-box answers: LlamaDesk" in widget.status.text()
     assert "tiny" in widget.status.text() and "context 2,048" in widget.status.text()

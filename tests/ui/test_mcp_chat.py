@@ -83,7 +83,8 @@ def _chat_with_tool(
 
 def _dialog(qtbot: Any, tab: Any) -> ApprovalDialog:
     qtbot.waitUntil(lambda: bool(tab.tool_turns.asker.dialogs), timeout=60000)
-    return tab.tool_turns.asker.dialogs[0]
+    dialog: ApprovalDialog = tab.tool_turns.asker.dialogs[0]
+    return dialog
 
 
 def _blocks(tab: Any, message_id: int) -> list[Any]:

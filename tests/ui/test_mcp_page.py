@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QLineEdit, QTreeWidgetItem
+from PySide6.QtWidgets import QLineEdit, QMessageBox, QTreeWidgetItem
 
 from app.mcp.config import load_config
 from app.ui.mcp_page import McpPage
@@ -151,6 +151,9 @@ def test_import_an_mcp_json_as_it_is(
     # removed: its secret goes too
     page.tree.setCurrentItem(_top(page, 1))
     page.remove_button.click()
+    question = page.remove_question()  # Remove asks first (issue 28)
+    assert question is not None and "'web'" in question.text()
+    question.button(QMessageBox.StandardButton.Yes).click()
     qtbot.waitUntil(lambda: "Removed 'web'" in page.status.text(), timeout=10000)
     _wait(qtbot, page)
     assert "abc123" not in (home / "mcp-secrets.json").read_text(encoding="utf-8")

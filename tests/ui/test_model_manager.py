@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 from pytestqt.qtbot import QtBot
 
 import app.ui.model_manager as model_manager
+from app.engine.metadata import read_model_info
 from app.storage import Database
 from app.ui.model_manager import COLUMNS, ModelManager, ModelManagerDialog
 from tests.support.broken_gguf import write_corpus
@@ -55,7 +56,7 @@ class CountingReader:
         with self._lock:
             self.paths.append(str(path))
             self.threads.add(threading.get_ident())
-        return model_manager.read_model_info(path).to_dict()
+        return read_model_info(path).to_dict()
 
 
 @pytest.fixture
@@ -397,7 +398,7 @@ def test_closing_during_a_scan_is_safe(
     def slow_reader(path: Path) -> Mapping[str, Any]:
         started.set()
         time.sleep(0.2)
-        return model_manager.read_model_info(path).to_dict()
+        return read_model_info(path).to_dict()
 
     monkeypatch.setattr(model_manager, "read_metadata", slow_reader)
     db.add_folder(library)

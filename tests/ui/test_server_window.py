@@ -55,8 +55,9 @@ def action(window: Any, name: str) -> QAction:
 
 def started(qtbot: Any, window: Any, **settings: Any) -> ServerController:
     """The Server menu installed, its settings saved, started from the menu."""
-    controller = window.server  # the window installs its Server menu itself
-    assert controller.status.state is ServerState.STOPPED  # never started by itself
+    controller: ServerController = window.server  # the window installs its Server menu itself
+    before = controller.status  # named: mypy would keep an assert's narrowing in the wait
+    assert before.state is ServerState.STOPPED  # never started by itself
     controller.update_settings(ServerAppSettings(port=0, **settings))
     action(window, "server-toggle").trigger()
     qtbot.waitUntil(lambda: controller.status.state is not ServerState.STARTING, timeout=10000)

@@ -19,7 +19,7 @@ from tests.mcp.servers import SERVER_SCRIPT
 
 
 def _picker(qtbot: Any, tab: Any) -> ToolPicker:
-    picker = tab.tools.open_picker()
+    picker: ToolPicker = tab.tools.open_picker()
     qtbot.waitUntil(lambda: bool(picker.items()), timeout=30000)
     # every tool counted (by the model: no "~")
     qtbot.waitUntil(lambda: all(i.text(1) not in ("…", "") for i in picker.items()), timeout=10000)

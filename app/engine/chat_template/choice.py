@@ -67,6 +67,16 @@ _VOCABULARY_RULES: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
     ("zephyr", ("<|user|>", "<|assistant|>")),
 )
 
+
+def family_of(template: str) -> str | None:
+    """The built-in family a template's text writes (all of its markers appear in it),
+    e.g. "chatml" for a model file's own ChatML template; None when none matches."""
+    for name, markers in _VOCABULARY_RULES:
+        if all(marker in template for marker in markers):
+            return name
+    return None
+
+
 # Single tokens that name a family on their own (a model's BOS or EOS, when only those
 # are known): tried after the full sets above.
 _VOCABULARY_HINTS: Final[tuple[tuple[str, str], ...]] = (

@@ -203,11 +203,32 @@ def _generic_message(message: Mapping[str, Any]) -> dict[str, Any]:
     return dict(message)
 
 
+def _named_results(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The messages with each ``tool`` result that has no ``name`` given the name of the
+    call its ``tool_call_id`` answers (standard clients send none; templates show it)."""
+    names: dict[str, str] = {}
+    out: list[Mapping[str, Any]] = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if message.get("role") == "assistant" and isinstance(calls, list):
+            for call in calls:
+                function = call.get("function") if isinstance(call, Mapping) else None
+                if isinstance(function, Mapping) and isinstance(call.get("id"), str):
+                    names[call["id"]] = str(function.get("name") or "")
+        if message.get("role") == "tool" and not message.get("name"):
+            name = names.get(str(message.get("tool_call_id") or ""))
+            if name:
+                message = {**message, "name": name}
+        out.append(message)
+    return out
+
+
 def adapt_tool_messages(
     messages: Sequence[Mapping[str, Any]], tools: Sequence[ToolSpec], caps: ToolCaps
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The messages (OpenAI's shape) and template variables for a render with ``tools``
     (none: only the history's calls are adapted)."""
+    messages = _named_results(messages)
     if caps.lists_tools:
         extra: dict[str, Any] = {"tools": openai_tools(tools)} if tools else {}
         return [_native_message(m, caps) for m in messages], extra

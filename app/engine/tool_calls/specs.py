@@ -9,8 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-import jsonschema  # type: ignore[import-untyped]
-
 from app.engine.errors import ContextError
 
 __all__ = ["ToolSpec", "ToolSpecError", "check_arguments", "tool_specs"]
@@ -51,6 +49,10 @@ def _spec(index: int, tool: Any) -> ToolSpec:
     parameters = function.get("parameters", _NO_PARAMETERS)
     if not isinstance(parameters, Mapping) or parameters.get("type", "object") != "object":
         raise ToolSpecError(f"{where}.function.parameters must be a JSON schema of type 'object'.")
+    # imported where tools are given: jsonschema and its schema registry would otherwise
+    # slow the start of every process that only chats (``run --resume-session``, a window)
+    import jsonschema  # type: ignore[import-untyped]
+
     try:
         jsonschema.validators.validator_for(parameters).check_schema(parameters)
     except jsonschema.SchemaError as exc:
@@ -78,6 +80,8 @@ def tool_specs(tools: Any) -> tuple[ToolSpec, ...]:
 def check_arguments(spec: ToolSpec, arguments: Mapping[str, Any]) -> str | None:
     """None when ``arguments`` fit the tool's schema, else a sentence (for the model and
     the user) naming the first thing wrong."""
+    import jsonschema
+
     validator = jsonschema.validators.validator_for(spec.parameters)(spec.parameters)
     try:
         error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 import httpx2
-from huggingface_hub.utils import get_session, hf_raise_for_status
+
+# From the defining module: huggingface_hub.utils re-exports them only implicitly.
+from huggingface_hub.utils._http import get_session, hf_raise_for_status
 
 from app.hub.background import HubWorker
 from app.hub.client import RemoteFile
