@@ -193,7 +193,7 @@ def remember_crash(path: Path) -> str:
 
     try:
         header = read_header(path)
-    except (GGUFHeaderError, OSError):
+    except (GGUFHeaderError, OSError, ValueError):  # gone, or a remote model's address
         return ""
     key = _crash_key(header)
     verdict = Verdict(True, CRASHED_NOTICE.format(name=path.name), "disk", extra_bufts=False)
