@@ -32,10 +32,32 @@ def _no_second_pytest() -> Iterator[None]:
         os._exit(70)
 
 
+@pytest.fixture(scope="session")
+def _amx_mode(tmp_path_factory: pytest.TempPathFactory) -> str | None:
+    """The AMX guard's verdict for this machine, found once per test run.
+
+    Every test has a data folder of its own, so every ``llamadesk`` process a test starts
+    would probe the CPU again in a child (app/engine/cpu_quirks.py: a model load that
+    crashes on some CPUs with AMX; 1.5 s of a test's time, 0.5 s of CPU). The answer is
+    the machine's: it is found here once and handed on as ``LLAMADESK_AMX``, which the
+    guard obeys as it would its verdict. None: the environment chose a mode already."""
+    if os.environ.get("LLAMADESK_AMX"):
+        return None
+    from app.engine import cpu_quirks
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LLAMADESK_HOME", str(tmp_path_factory.mktemp("amx-probe-home")))
+        return "off" if cpu_quirks.amx_guard_active() else "on"
+
+
 @pytest.fixture(autouse=True)
-def _private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _private_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _amx_mode: str | None
+) -> Iterator[None]:
     """No test reads or writes the user's real data folder."""
     monkeypatch.setenv("LLAMADESK_HOME", str(tmp_path / "llamadesk-home"))
+    if _amx_mode is not None:
+        monkeypatch.setenv("LLAMADESK_AMX", _amx_mode)
     yield
 
 

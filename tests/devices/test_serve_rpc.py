@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.devices.conftest import ROOT, Worker, cli_env
+from tests.devices.conftest import ROOT, Worker, cli_env, start_worker
 from tests.support.arch_models import write_arch_model
 from tests.support.serve_process import ServeProcess
 
@@ -78,7 +78,7 @@ def test_serve_rpc_answers_as_the_cpu_does_and_outlives_its_worker(
         refused = _chat(server.url, "meanwhile")
         assert refused.status_code == 503 and refused.json()["error"]["message"] == said
         # the worker comes back on its port: the model is loaded again by itself
-        again = _worker_on(worker.endpoint)
+        again = start_worker(port=int(worker.endpoint.rsplit(":", 1)[1]))
         try:
             assert _wait_health(server.url, 200, 120), "the model was not loaded again"
             answer = _chat(server.url, "hello there")
@@ -92,19 +92,6 @@ def test_serve_rpc_answers_as_the_cpu_does_and_outlives_its_worker(
     assert "is gone" in err and worker.endpoint in err, err
     assert "answers again: the model was loaded again" in err, err
     assert "Traceback" not in err
-
-
-def _worker_on(endpoint: str) -> Worker:
-    """A new ``llamadesk rpc-worker`` on the port of one that was stopped."""
-    port = endpoint.rsplit(":", 1)[1]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app", "rpc-worker", "--port", port, "--threads", "1"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=cli_env(),
-        cwd=ROOT,
-    )
-    return Worker(process, endpoint)
 
 
 def _wait_health(url: str, status: int, seconds: float) -> bool:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -10,8 +13,9 @@ import pytest
 
 from app import paths
 from app.storage import Database
+from tests.devices.conftest import ROOT
 from tests.devices.conftest import cli_env as base_cli_env
-from tests.ui.conftest import Recorder, close_window, write_settings
+from tests.ui.conftest import Recorder, close_windows, open_window, write_settings
 
 
 @pytest.fixture(scope="session")
@@ -27,14 +31,27 @@ def cli_env(home: Path) -> dict[str, str]:
     return {**base_cli_env(), "LLAMADESK_HOME": str(home)}
 
 
+def run_json(model: Path, home: Path, prompt: str, *flags: str) -> dict[str, Any]:
+    """``llamadesk run MODEL PROMPT --json FLAGS`` in ``home``: its JSON (it must succeed)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "run", str(model), prompt, "--json", *flags],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=cli_env(home),
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    data: dict[str, Any] = json.loads(done.stdout)
+    return data
+
+
 @pytest.fixture
 def make_window(
     qtbot: Any, smollm2: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Callable[..., tuple[Any, Recorder]]]:
     """``make_window(write=True)`` -> (window, recorder): the real MainWindow on SmolLM2,
     its model loaded; ``write=False`` keeps the settings (a second start)."""
-    from app.ui.main_window import MainWindow
-
     home = paths.data_dir()
     monkeypatch.setattr(paths, "demo_model_path", lambda: home / "no-demo.gguf")
     opened: list[tuple[Any, Database]] = []
@@ -42,17 +59,7 @@ def make_window(
     def make(write: bool = True) -> tuple[Any, Recorder]:
         if write:
             write_settings(smollm2)  # tests/ui's small context: 2,048 tokens, 4 sequences
-        db = Database.open()
-        window = MainWindow(db)
-        recorder = Recorder()
-        window.worker.conversationEvent.connect(recorder.on_event)
-        opened.append((window, db))
-        window.show()
-        window.start()
-        qtbot.waitUntil(window.model_ready, timeout=60000)
-        return window, recorder
+        return open_window(qtbot, opened, wait_ms=60000)
 
     yield make
-    for window, db in opened:
-        close_window(qtbot, window)
-        db.close()
+    close_windows(qtbot, opened)

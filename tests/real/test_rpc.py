@@ -9,25 +9,21 @@ worker's CPU backend runs the same kernels on the same batches (measured equal h
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from app.engine.rpc_probe import RpcProbeError, probe
 from tests.devices.conftest import (
-    ROOT,
     Worker,
     free_port,
     rpc_backend_missing,
     running_worker,
+    wait_answering,
 )
-from tests.real.conftest import cli_env
+from tests.real.conftest import run_json
 from tests.support.peers import RPC_SERVER
 
 pytestmark = pytest.mark.timeout(300)
@@ -48,16 +44,7 @@ def start_rpc_server() -> Worker:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            probe(endpoint, timeout_s=5)
-            return Worker(process, endpoint)
-        except RpcProbeError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise AssertionError(f"ggml-rpc-server on {endpoint} did not start") from None
-            time.sleep(0.2)
+    return wait_answering(process, endpoint, 30, "ggml-rpc-server")
 
 
 @pytest.fixture(scope="module", params=["rpc-worker", "ggml-rpc-server"])
@@ -74,17 +61,7 @@ def worker(request: pytest.FixtureRequest) -> Iterator[Worker]:
 
 
 def _run(model: Path, home: Path, *extra: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-m", "app", "run", str(model), PROMPT, "--json", *FLAGS, *extra],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=cli_env(home),
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stderr
-    data: dict[str, Any] = json.loads(done.stdout)
-    return data
+    return run_json(model, home, PROMPT, *FLAGS, *extra)
 
 
 @pytest.fixture(scope="module")

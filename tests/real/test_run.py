@@ -8,9 +8,6 @@ same shape as that reference, and its tokens are each the best logit.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +15,7 @@ from typing import Any
 import pytest
 
 from app.engine import Engine
-from tests.devices.conftest import ROOT
-from tests.real.conftest import cli_env
+from tests.real.conftest import run_json
 from tests.real.logit_check import assert_greedy_within, solo_engine
 
 pytestmark = pytest.mark.timeout(300)
@@ -33,18 +29,9 @@ def reference(smollm2: Path) -> Iterator[Engine]:
 
 
 def _run(model: Path, home: Path, *extra: str) -> dict[str, Any]:
-    flags = ("--json", "--temp", "0", "-n", "16", "-c", "2048", "-t", "1")
-    done = subprocess.run(
-        [sys.executable, "-m", "app", "run", str(model), QUESTION, *flags, *extra],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=cli_env(home),
-        cwd=ROOT,
+    return run_json(
+        model, home, QUESTION, "--temp", "0", "-n", "16", "-c", "2048", "-t", "1", *extra
     )
-    assert done.returncode == 0, done.stderr
-    data: dict[str, Any] = json.loads(done.stdout)
-    return data
 
 
 @pytest.mark.parametrize("parallel", [1, 3])

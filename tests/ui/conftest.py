@@ -107,8 +107,6 @@ class Recorder(QObject):
 @pytest.fixture
 def make_window(qtbot: Any, tiny_model: Path) -> Iterator[Callable[..., Any]]:
     """``make_window(model=tiny_model, context=None, wait_model=True)`` -> (window, recorder)."""
-    from app.ui.main_window import MainWindow
-
     opened: list[tuple[Any, Database]] = []
 
     def make(
@@ -124,19 +122,33 @@ def make_window(qtbot: Any, tiny_model: Path) -> Iterator[Callable[..., Any]]:
                 data = json.loads(paths.settings_path().read_text())
                 data["context"].update(context)
                 paths.settings_path().write_text(json.dumps(data))
-        db = Database.open()
-        window = MainWindow(db)
-        recorder = Recorder()
-        window.worker.conversationEvent.connect(recorder.on_event)
-        opened.append((window, db))
-        window.show()
-        # as app/ui/main.py's start_window, less this test process's own crash record
-        window.start(crash=crash_record.last_window_crash())
-        if wait_model and model is not None:
-            qtbot.waitUntil(window.model_ready, timeout=15000)
-        return window, recorder
+        return open_window(qtbot, opened, wait_ms=15000 if wait_model and model else 0)
 
     yield make
+    close_windows(qtbot, opened)
+
+
+def open_window(
+    qtbot: Any, opened: list[tuple[Any, Database]], wait_ms: int = 15000
+) -> tuple[Any, Recorder]:
+    """A real MainWindow on the settings written (added to ``opened``), started as
+    app/ui/main.py's start_window does (less this test process's own crash record);
+    ``wait_ms`` > 0: until its model is loaded."""
+    from app.ui.main_window import MainWindow
+
+    db = Database.open()
+    window = MainWindow(db)
+    recorder = Recorder()
+    window.worker.conversationEvent.connect(recorder.on_event)
+    opened.append((window, db))
+    window.show()
+    window.start(crash=crash_record.last_window_crash())
+    if wait_ms > 0:
+        qtbot.waitUntil(window.model_ready, timeout=wait_ms)
+    return window, recorder
+
+
+def close_windows(qtbot: Any, opened: list[tuple[Any, Database]]) -> None:
     for window, db in opened:
         close_window(qtbot, window)
         db.close()
