@@ -10,17 +10,23 @@ from pathlib import Path
 
 import keyring  # type: ignore[import-not-found, unused-ignore]
 import pytest
+from jaraco.classes import properties
 from keyring.backend import KeyringBackend  # type: ignore[import-not-found, unused-ignore]
 from keyring.errors import (  # type: ignore[import-not-found, unused-ignore]
     PasswordDeleteError,
     PasswordSetError,
 )
 
+from app.keyring_backend import system_keyring
 from app.remote.saved import ApiKeys
 
 
 class LockableKeyring(KeyringBackend):
-    priority = 1
+    # keyring offers every backend class it knows (its subclasses) when it picks one for a
+    # process: this one is never picked, only set by the store fixture.
+    @properties.classproperty
+    def priority(cls) -> float:
+        raise RuntimeError("only the store fixture uses this keyring")
 
     def __init__(self) -> None:
         # (KeyringBackend.__init__ only reads KEYRING_PROPERTY_* variables, and is untyped)
@@ -47,8 +53,12 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LockableK
     before = keyring.get_keyring()
     backend = LockableKeyring()
     keyring.set_keyring(backend)
+    # system_keyring() is found once a process: forget this test's keyring on both sides,
+    # or later tests of this process would see a keyring where the machine has none.
+    system_keyring.cache_clear()
     yield backend
     keyring.set_keyring(before)
+    system_keyring.cache_clear()
 
 
 def test_a_key_the_locked_keyring_refused_wins_over_its_older_one(
