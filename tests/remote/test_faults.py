@@ -40,11 +40,13 @@ def assert_dropped_reply(chat: RemoteChat, cid: int, user_text: str) -> None:
     assert [(m.role, m.content) for m in chat.db.get_thread(cid)] == [("user", user_text)]
 
 
-def assert_kept_stopped(chat: RemoteChat, cid: int, sentence: str) -> None:
+def assert_kept_cut_off(chat: RemoteChat, cid: int, sentence: str) -> None:
+    """A failure mid-reply: what came is kept, stored as cut off (an error the window offers
+    to try again), not as stopped (which only the user does)."""
     reply = chat.db.get_thread(cid)[-1]
     assert reply.role == "assistant"
     assert reply.content == "".join(REPLY[:2])  # what came before the fault
-    assert reply.status == "stopped"
+    assert reply.status == "error"
     assert sentence in reply.meta["error"]
 
 
@@ -212,14 +214,14 @@ def test_stream_dropped_mid_reply_keeps_the_partial_reply(
     assert turn.failed is not None and "broke off before the reply ended" in turn.failed
     assert turn.result.finish_reason is FinishReason.ABORTED
     assert turn.result.text == "".join(REPLY[:2])
-    assert_kept_stopped(chat, cid, "broke off")
+    assert_kept_cut_off(chat, cid, "broke off")
 
 
 def test_malformed_sse_keeps_the_partial_reply(stub: MakeStub, remote_chat: MakeChat) -> None:
     chat = remote_chat(stub("openai").url)
     cid, turn = one_turn(chat, "talk [malformed]")
     assert turn.failed is not None and "not JSON" in turn.failed
-    assert_kept_stopped(chat, cid, "not JSON")
+    assert_kept_cut_off(chat, cid, "not JSON")
 
 
 def test_an_answer_that_is_no_event_stream(stub: MakeStub, remote_chat: MakeChat) -> None:

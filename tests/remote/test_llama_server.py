@@ -240,9 +240,9 @@ def test_a_server_that_goes_away_is_said_in_that_conversation(
         proc.kill()  # mid-reply
         dropped = chat.wait(future, events)
         assert dropped.failed is not None and "127.0.0.1" in dropped.failed
-        assert dropped.result.text  # what came is kept, marked stopped
+        assert dropped.result.text  # what came is kept, stored as cut off (not a user stop)
         stored = chat.db.get_thread(cid)[-1]
-        assert stored.status == "stopped" and stored.content == dropped.result.text
+        assert stored.status == "error" and stored.content == dropped.result.text
         gone = chat.turn(cid, events, "are you there?", WORDS)  # the render cannot be asked
         assert gone.failed is not None and gone.result.text == ""
         last = chat.db.get_thread(cid)[-1]  # an error is no reply: the question stays
