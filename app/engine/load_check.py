@@ -417,6 +417,11 @@ def _run_child(
         if result.get("ok") is True:
             return Verdict(True, extra_bufts=extra_bufts), True, None
         said = str(result.get("said") or "")
+        if n_gpu_layers > 0 and any(w in said.lower() for w in ("alloc", "memory")):
+            # A device that cannot hold this many layers: the app's own load says so and
+            # tries fewer (offload_loader); the check is about crashes, not about room.
+            log.info("the load check of %s: the devices could not hold it (%s)", path.name, said)
+            return Verdict(True, "", "unchecked"), False, None
         message = refusal_message(path, architecture, said)
         # Memory is about this computer now, not the file: try again next time.
         return Verdict(False, message), "memory" not in said.lower(), None

@@ -65,12 +65,13 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     use_mmap, use_mlock = True, False
     if args.placement:
         # The app's placement (devices, split, RPC workers), resolved here as Model does.
-        from app.engine.metadata import read_model_header
+        from app.engine.metadata import read_model_info
         from app.engine.offload import place
         from app.engine.settings import ModelSettings
 
         settings = ModelSettings.from_dict(json.loads(args.placement))
-        placed = place(read_model_header(args.path)[0], settings)
+        # (The parent ran the header checks; this child tries what they cannot foresee.)
+        placed = place(read_model_info(args.path, check_loadable=False), settings)
         placed.apply(params)
         use_mmap, use_mlock = settings.use_mmap, settings.use_mlock
     params.n_gpu_layers = args.n_gpu_layers  # the parent's plan
