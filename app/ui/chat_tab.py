@@ -46,6 +46,7 @@ from app.ui.chat_messages import chat_messages, engine_messages, message_data
 from app.ui.chat_view import ChatView
 from app.ui.composer import Composer, ConversationSettings
 from app.ui.context_meter import ContextMeter
+from app.ui.door import library, settle
 from app.ui.message_bar import MessageBar
 from app.ui.message_delete import ask_delete
 from app.ui.status_text import IsolatedLabel
@@ -296,8 +297,11 @@ class ChatTab(QWidget):
         if system == self.conversation.system_prompt and sampling == self.conversation.sampling:
             return
         try:
-            self.db.update_conversation_settings(self.cid, system_prompt=system, sampling=sampling)
-            self.conversation = self.db.get_conversation(self.cid)
+            self.conversation = settle(
+                library(self.host.session).update_settings(
+                    self.cid, system_prompt=system, sampling=sampling
+                )
+            )
         except LlamaDeskError as exc:
             self.notify(str(exc))
 
@@ -406,8 +410,7 @@ class ChatTab(QWidget):
             index = ids.index(message_id) + delta
             if not 0 <= index < len(ids):
                 return
-            leaf = self.db.leaf_of(ids[index])
-            self.db.set_current_leaf(self.cid, leaf)
+            leaf = settle(library(self.host.session).show_branch(self.cid, ids[index]))
         except (LlamaDeskError, ValueError) as exc:
             self.notify(str(exc))
             return

@@ -39,6 +39,7 @@ from app.session import events as ev
 from app.storage import AppSettings, Database, StateStore, load_settings
 from app.ui import window_crash
 from app.ui.chat_tab import ChatTab
+from app.ui.door import library, settle
 from app.ui.downloads_panel import Downloads
 from app.ui.frame_pace import FramePace
 from app.ui.mcp_runtime import shared_runtime
@@ -100,7 +101,10 @@ class MainWindow(QMainWindow):
         from app.ui.engines_models import window_loader  # local files and remote models
 
         self.worker = EngineWorker(
-            self.store, None if read_only else db, window_loader(self.app_settings)
+            self.store,
+            None if read_only else db,
+            window_loader(self.app_settings),
+            library_database=db,  # read-only too: the window reads through it
         )
         self.session: Session = self.worker.session
         self.model: LoadedModel | None = None
@@ -231,7 +235,8 @@ class MainWindow(QMainWindow):
             self.restoreState(QByteArray(base64.b64decode(s.window_state)))
         if not self.read_only:
             try:
-                for cid in self.db.purge_deleted(older_than_seconds=PURGE_AFTER_S):
+                purge = library(self.session).purge_deleted(older_than_seconds=PURGE_AFTER_S)
+                for cid in settle(purge):
                     self.store.delete(cid)
             except LlamaDeskError as exc:
                 log.warning("purge failed: %s", exc)

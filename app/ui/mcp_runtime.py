@@ -18,6 +18,7 @@ Qt, as :class:`~app.ui.worker.EngineWorker` does for the session).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import logging
 import threading
@@ -49,6 +50,7 @@ class McpRuntime:
         self._running = threading.Event()  # set while the loop's job runs
         self._lock = threading.Lock()
         self._relay = GuiRelay()
+        self._exit_hook = False
 
     def loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -69,6 +71,10 @@ class McpRuntime:
                 self._jobs.submit(run)
                 running.wait()
                 self._loop = loop
+                if not self._exit_hook:
+                    # A pool waits for its jobs when it goes at exit: the loop must end.
+                    atexit.register(self.stop)
+                    self._exit_hook = True
             return self._loop
 
     async def blocking(self, fn: Callable[[], T]) -> T:

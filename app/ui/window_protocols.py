@@ -78,6 +78,7 @@ class ConversationsWindow(Protocol):
     """What the sidebar's conversation commands use of the window."""
 
     db: Database
+    session: Session
     sidebar: Sidebar
     message_bar: MessageBar
 
