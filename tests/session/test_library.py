@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,8 +40,8 @@ def test_changes_and_reads_run_on_the_library_thread(
     seen: list[str] = []
     original = sqlite3.connect
 
-    def traced(*args: object, **kwargs: object) -> sqlite3.Connection:
-        conn = original(*args, **kwargs)  # type: ignore[arg-type]
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = original(*args, **kwargs)
         conn.set_trace_callback(lambda _sql: seen.append(threading.current_thread().name))
         return conn
 
