@@ -150,6 +150,23 @@ class Library:
     def thread(self, conversation_id: int, leaf_id: int | None = None) -> Future[list[Message]]:
         return self._do(lambda db: db.get_thread(conversation_id, leaf_id))
 
+    def shown_thread(
+        self, conversation_id: int, leaf_id: int | None = None
+    ) -> Future[tuple[list[Message], dict[int, tuple[int, int]]]]:
+        """The thread to ``leaf_id`` (the current one when that is gone) and each
+        message's place among its siblings, read together (one job, one snapshot)."""
+
+        def read(db: Database) -> tuple[list[Message], dict[int, tuple[int, int]]]:
+            try:
+                thread = db.get_thread(conversation_id, leaf_id)
+            except LlamaDeskError:
+                if leaf_id is None:
+                    raise
+                thread = db.get_thread(conversation_id)
+            return thread, _positions(db, [m.id for m in thread])
+
+        return self._do(read)
+
     def message(self, message_id: int) -> Future[Message]:
         return self._do(lambda db: db.get_message(message_id))
 
@@ -162,17 +179,7 @@ class Library:
     def sibling_positions(self, message_ids: Iterable[int]) -> Future[dict[int, tuple[int, int]]]:
         """Each message's place among its siblings (1-based index, count)."""
         ids = tuple(message_ids)
-
-        def read(db: Database) -> dict[int, tuple[int, int]]:
-            found: dict[int, tuple[int, int]] = {}
-            for message_id in ids:
-                try:
-                    found[message_id] = db.sibling_position(message_id)
-                except LlamaDeskError:
-                    found[message_id] = (1, 1)
-            return found
-
-        return self._do(read)
+        return self._do(lambda db: _positions(db, ids))
 
     def listing(self, include_archived: bool = False) -> Future[list[Conversation]]:
         return self._do(lambda db: db.list_conversations(include_archived=include_archived))
@@ -187,3 +194,14 @@ class Library:
             self._jobs.put(None)
         if started:
             self._thread.join(timeout_s)
+
+
+def _positions(db: Database, message_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
+    """Each message's (1-based index, count) among its siblings ((1, 1): gone meanwhile)."""
+    found: dict[int, tuple[int, int]] = {}
+    for message_id in message_ids:
+        try:
+            found[message_id] = db.sibling_position(message_id)
+        except LlamaDeskError:
+            found[message_id] = (1, 1)
+    return found

@@ -42,7 +42,7 @@ from app.errors import LlamaDeskError
 from app.session import ContextFullPolicy, TurnResult
 from app.session import events as ev
 from app.storage import Conversation, Message
-from app.ui.chat_messages import chat_messages, engine_messages, message_data
+from app.ui.chat_messages import chat_messages, engine_messages, message_data, shown_message
 from app.ui.chat_view import ChatView
 from app.ui.composer import Composer, ConversationSettings
 from app.ui.context_meter import ContextMeter
@@ -220,17 +220,20 @@ class ChatTab(QWidget):
 
     def reload_conversation(self) -> None:
         try:
-            self.conversation = self.db.get_conversation(self.cid, include_deleted=True)
+            door = library(self.host.session)
+            self.conversation = settle(door.conversation(self.cid, include_deleted=True))
         except LlamaDeskError:
             return
         self.titleChanged.emit()
 
     def load_thread(self, leaf_id: int | None = None) -> None:
         try:
-            self.branch = self.db.get_thread(self.cid, leaf_id)
-        except LlamaDeskError:
-            self.branch = self.db.get_thread(self.cid)
-        self.view.set_messages([message_data(self.db, m) for m in self.branch])
+            thread, places = settle(library(self.host.session).shown_thread(self.cid, leaf_id))
+        except LlamaDeskError as exc:
+            self.notify(str(exc))
+            return
+        self.branch = thread
+        self.view.set_messages([shown_message(m, *places[m.id]) for m in thread])
         self._sync_context_start()
         self.tool_turns.render()
         self.show_intro()
@@ -260,8 +263,16 @@ class ChatTab(QWidget):
         self.view.setUpdatesEnabled(False)
         try:
             self.view.keep_first(keep)
-            for message in self.branch[keep:]:
-                self.view.append(message_data(self.db, message))
+            added = self.branch[keep:]
+            places: dict[int, tuple[int, int]] = {}
+            if added:
+                try:
+                    door = library(self.host.session)
+                    places = settle(door.sibling_positions(m.id for m in added))
+                except LlamaDeskError as exc:
+                    self.notify(str(exc))
+            for message in added:
+                self.view.append(shown_message(message, *places.get(message.id, (1, 1))))
             if self.generating:  # the new ones too: no edit, delete... while it answers
                 self.view.set_actions_enabled(False)
         finally:
@@ -345,7 +356,7 @@ class ChatTab(QWidget):
         parent = self.leaf_id()
         if self._editing is not None:
             try:
-                parent = self.db.get_message(self._editing).parent_id
+                parent = settle(library(self.host.session).message(self._editing)).parent_id
             except LlamaDeskError as exc:
                 self.notify(str(exc))
                 return
@@ -365,7 +376,7 @@ class ChatTab(QWidget):
         if self.generating or not self.host.model_ready():
             return
         try:
-            message = self.db.get_message(message_id)
+            message = settle(library(self.host.session).message(message_id))
         except LlamaDeskError as exc:
             self.notify(str(exc))
             return
@@ -377,7 +388,7 @@ class ChatTab(QWidget):
         if self.generating:
             return
         try:
-            message = self.db.get_message(message_id)
+            message = settle(library(self.host.session).message(message_id))
         except LlamaDeskError as exc:
             self.notify(str(exc))
             return
@@ -405,7 +416,7 @@ class ChatTab(QWidget):
         if self.generating:
             return
         try:
-            siblings = self.db.siblings(message_id)
+            siblings = settle(library(self.host.session).siblings(message_id))
             ids = [m.id for m in siblings]
             index = ids.index(message_id) + delta
             if not 0 <= index < len(ids):

@@ -144,7 +144,7 @@ class MainWindow(QMainWindow):
     # ================================================================ construction
 
     def _build(self) -> None:
-        self.sidebar = Sidebar(self.db)
+        self.sidebar = Sidebar(self.db, door=library(self.session))
         self.sidebar.setObjectName("sidebar")
         self.conversations_ui.connect_sidebar()
 

@@ -31,9 +31,11 @@ from PySide6.QtGui import QKeyEvent, QPalette
 from PySide6.QtWidgets import QAbstractItemView, QLabel, QLineEdit, QMenu, QVBoxLayout, QWidget
 
 from app.errors import LlamaDeskError
+from app.session.library import Library
 from app.storage import Database
 from app.storage.export import ExportFormat
 from app.ui.background import BackgroundJobs
+from app.ui.door import settle
 from app.ui.export_import import ConversationTransfers, TransferOutcome
 from app.ui.sidebar_model import (
     PINNED,
@@ -93,9 +95,12 @@ class Sidebar(QWidget):
         parent: QWidget | None = None,
         *,
         now: Callable[[], float] = time.time,
+        door: Library | None = None,
     ) -> None:
         super().__init__(parent)
         self.db = db
+        # The window's: the list is read through the session's library (off this thread).
+        self._door = door
         self.now = now
         self._current: int | None = None
         self._empty_listed: int | None = None  # an empty chat listed because it is current
@@ -265,7 +270,10 @@ class Sidebar(QWidget):
         rows: list[Row] = []
         groups: list[str] = []
         self._empty_listed = None
-        for c in self.db.list_conversations():
+        listed = (
+            settle(self._door.listing()) if self._door is not None else self.db.list_conversations()
+        )
+        for c in listed:
             # An unused "New chat" is not worth a row, unless it is the one being written.
             if c.message_count == 0:
                 if c.id != self._current:

@@ -156,7 +156,7 @@ class WindowTabs:
             )
             return None
         try:
-            conversation = win.db.get_conversation(conversation_id)
+            conversation = settle(library(win.session).conversation(conversation_id))
         except LlamaDeskError as exc:
             win.show_message(str(exc))
             return None
