@@ -140,6 +140,10 @@ class Library:
 
     # -- reads ----------------------------------------------------------------------------
 
+    def load_tabs(self) -> Future[tuple[list[Tab], int | None]]:
+        """The tabs saved at the last close, and the one that was active."""
+        return self._do(lambda db: db.load_tabs())
+
     def conversation(
         self, conversation_id: int, include_deleted: bool = False
     ) -> Future[Conversation]:

@@ -248,7 +248,7 @@ class MainWindow(QMainWindow):
             self.downloads.restore_pending()
         if s.restore_tabs:
             try:
-                tabs, active = self.db.load_tabs()
+                tabs, active = settle(library(self.session).load_tabs())
             except LlamaDeskError as exc:
                 self.show_message(str(exc))
                 tabs, active = [], None

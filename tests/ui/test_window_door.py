@@ -1,11 +1,13 @@
 """Issue 28 item 1: the window changes its conversations through the session (its
 library), so no SQLite write runs on the GUI thread. Every connection opened during the
 test is traced (sqlite3's trace callback runs on the thread that runs the statement); a
-write statement on the Qt main thread fails the test. The GUI thread's remaining reads are
+write statement on the Qt main thread fails the test, and so does any statement on the
+conversations' tables. The GUI thread's remaining statements (the model library's) are
 counted and printed (the figure the issue's closing note asks for)."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 from typing import Any
@@ -15,6 +17,7 @@ import pytest
 from tests.ui.conftest import close_window, send, wait_idle
 
 WRITE_VERBS = ("INSERT", "UPDATE", "DELETE", "REPLACE")
+CONVERSATION_TABLES = re.compile(r"\b(conversations|messages|messages_fts|tabs)\b", re.IGNORECASE)
 
 
 class GuiSql:
@@ -44,6 +47,11 @@ class GuiSql:
         with self._lock:
             return len(self.gui)
 
+    def conversation_sql_since(self, mark: int) -> list[str]:
+        """The GUI thread's statements on the conversations' tables (reads too)."""
+        with self._lock:
+            return [s for s in self.gui[mark:] if CONVERSATION_TABLES.search(s)]
+
     def writes_since(self, mark: int) -> list[str]:
         with self._lock:
             return [s for s in self.gui[mark:] if s.upper().startswith(WRITE_VERBS)]
@@ -53,6 +61,8 @@ def test_no_conversation_write_runs_on_the_gui_thread(
     qtbot: Any, make_window: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
     sql = GuiSql(monkeypatch)
+    # From the window's first action to its close (the database's opening, on the GUI
+    # thread in main.py as in make_window, and the model library come before: left).
     window, _ = make_window()
     start = sql.mark()
     tab = window.new_tab()
@@ -84,6 +94,9 @@ def test_no_conversation_write_runs_on_the_gui_thread(
     with capsys.disabled():
         print(f"\nGUI-thread SQLite: {len(writes)} writes, {reads} reads; {sql.other} off it")
     assert writes == [], "\n".join(writes)
+    # nor any read of a conversation (what is left there is the model library's list)
+    conversation_sql = sql.conversation_sql_since(start)
+    assert conversation_sql == [], "\n".join(conversation_sql)
     # the changes happened (read back through the session's library)
     door = window.session.library
     conversation = door.conversation(cid).result(5)
@@ -91,3 +104,5 @@ def test_no_conversation_write_runs_on_the_gui_thread(
     assert conversation.system_prompt == "Answer in one word."
     assert empty.cid not in [c.id for c in door.listing().result(5)]
     close_window(qtbot, window)
+    conversation_sql = sql.conversation_sql_since(start)
+    assert conversation_sql == [], "\n".join(conversation_sql)
