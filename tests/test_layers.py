@@ -275,13 +275,10 @@ CONVERSATION_WRITES = frozenset(
     }
 )
 # Known exceptions, each with its reason. The API server's store and `llamadesk remote`
-# create their conversations on connections of their own (no window involved). The
-# window's import still runs on its transfers pool with its own connection (left: it moves
-# to the library with the import's file checks).
+# create their conversations on connections of their own (no window involved).
 ALLOWED_CONVERSATION_WRITES = {
     ("app/server/store.py", "create_conversation"),
     ("app/remote_cli.py", "create_conversation"),
-    ("app/ui/export_import.py", "import_json"),
 }
 
 

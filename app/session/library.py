@@ -134,6 +134,13 @@ class Library:
 
         return self._do(change)
 
+    def import_data(self, data: Mapping[str, Any]) -> Future[list[int]]:
+        """Import a checked export (:func:`app.storage.export.import_json`: all or
+        nothing); the future holds the new conversations' ids."""
+        from app.storage.export import import_json
+
+        return self._do(lambda db: import_json(db, dict(data)))
+
     def save_tabs(self, tabs: Iterable[Tab], active_conversation_id: int | None) -> Future[None]:
         chosen = tuple(tabs)
         return self._do(lambda db: db.save_tabs(chosen, active_conversation_id))

@@ -93,7 +93,6 @@ class ChatTab(QWidget):
     ) -> None:
         super().__init__()
         self.host = host
-        self.db = host.db
         self.conversation = conversation
         self.cid = conversation.id
         self.branch: list[Message] = []

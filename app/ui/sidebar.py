@@ -138,7 +138,7 @@ class Sidebar(QWidget):
         self._notice_timer = QTimer(self)
         self._notice_timer.setSingleShot(True)
         self._notice_timer.timeout.connect(self.notice.hide)
-        self.transfers = ConversationTransfers(db, self)
+        self.transfers = ConversationTransfers(db, self, door)
         # Results of exports and imports under the list; a window that shows them in its
         # own message bar (transfers.finished) turns this off.
         self.transfer_notices = True
