@@ -1,32 +1,22 @@
-"""A chat's storage messages as the tab shows them (:func:`message_data`) and as the
+"""A chat's storage messages as the tab shows them (:func:`shown_message`) and as the
 engine and the session take them (:func:`engine_messages`, :func:`chat_messages`).
 
 A reply's figures are read with :class:`~app.session.recorder.StoredFigures` (the keys
 live beside the recorder that writes them); the place among siblings comes from the
-session (:class:`~app.session.events.ReplyStored`, the library's ``sibling_positions``)
-or the caller's database.
+session (:class:`~app.session.events.ReplyStored`, the library's ``sibling_positions``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.engine.prefix import cached_tokens
-from app.errors import LlamaDeskError
 from app.messages import ChatMessage, history
 from app.session.recorder import StoredFigures
-from app.storage import Database, Message
 from app.ui.message_data import IMPORTED_FROM, MessageData
 
-
-def message_data(db: Database, m: Message, with_siblings: bool = True) -> MessageData:
-    index, count = 1, 1
-    if with_siblings:
-        try:
-            index, count = db.sibling_position(m.id)
-        except LlamaDeskError:
-            pass
-    return shown_message(m, index, count)
+if TYPE_CHECKING:
+    from app.storage import Message
 
 
 def shown_message(m: Message, sibling_index: int = 1, sibling_count: int = 1) -> MessageData:

@@ -42,7 +42,7 @@ from app.errors import LlamaDeskError
 from app.session import ContextFullPolicy, TurnResult
 from app.session import events as ev
 from app.storage import Conversation, Message
-from app.ui.chat_messages import chat_messages, engine_messages, message_data, shown_message
+from app.ui.chat_messages import chat_messages, engine_messages, shown_message
 from app.ui.chat_view import ChatView
 from app.ui.composer import Composer, ConversationSettings
 from app.ui.context_meter import ContextMeter
@@ -77,7 +77,6 @@ __all__ = [
     "TabHost",
     "chat_messages",
     "engine_messages",
-    "message_data",
 ]
 
 STATUS_INTERVAL_S = 0.25  # a streaming tab's speed and meter are refreshed this often
