@@ -134,12 +134,21 @@ class Library:
 
         return self._do(change)
 
-    def import_data(self, data: Mapping[str, Any]) -> Future[list[int]]:
+    def import_data(self, data: Mapping[str, Any]) -> list[int]:
         """Import a checked export (:func:`app.storage.export.import_json`: all or
-        nothing); the future holds the new conversations' ids."""
+        nothing); the new conversations' ids. Called on a background thread (never the
+        GUI's), it runs there on a connection of its own: an import of thousands of
+        messages takes seconds, which the library's thread (the window's reads) must not
+        wait for."""
         from app.storage.export import import_json
 
-        return self._do(lambda db: import_json(db, dict(data)))
+        if self._closed:
+            raise LlamaDeskError("The conversations are closed.")
+        db = self._source.clone()
+        try:
+            return import_json(db, dict(data))
+        finally:
+            db.close()
 
     def save_tabs(self, tabs: Iterable[Tab], active_conversation_id: int | None) -> Future[None]:
         chosen = tuple(tabs)

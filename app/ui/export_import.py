@@ -82,7 +82,7 @@ def _import_job(door: Library, files: tuple[Path, ...]) -> TransferOutcome:
     """On a pool thread: the files are read and checked here, written by the library."""
     try:
         data = _marked_data(files)
-        ids = door.import_data(data).result() if data is not None else []
+        ids = door.import_data(data) if data is not None else []
     except LlamaDeskError as exc:
         return TransferOutcome(str(exc), True)
     source = files[0].name if len(files) == 1 else plural(len(files), "file")

@@ -106,3 +106,28 @@ def test_a_session_without_a_database_has_no_library() -> None:
     finally:
         session.shutdown()
         assert session.join(10.0)
+
+
+def test_an_import_runs_on_the_callers_thread_not_the_librarys(
+    session: Session, db: Database
+) -> None:
+    """A long import does not hold the library's thread (the window's reads wait there)."""
+    from app.storage.export import export_json
+
+    door = session.library
+    assert door is not None
+    conv = db.create_conversation("Original")
+    db.add_message(conv.id, "user", "Hello?")
+    data = export_json(db, [conv.id])
+    seen: list[str] = []
+    original = db.clone
+
+    def clone() -> Database:
+        seen.append(threading.current_thread().name)
+        return original()
+
+    db.clone = clone  # type: ignore[method-assign]
+    (imported,) = door.import_data(data)
+    assert seen == [threading.current_thread().name]
+    assert [m.content for m in door.thread(imported).result(5)] == ["Hello?"]
+    assert imported != conv.id
