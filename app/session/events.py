@@ -7,9 +7,14 @@ session events to ``Session.subscribe_session``. Callbacks run on the session th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from app.engine.reasoning import Channel
+from app.session.recorder import ReplyMeta
 from app.session.types import ConversationId, LoadedModel, RestoreOutcome, TurnId, TurnResult
+
+if TYPE_CHECKING:  # storage is imported only by clients that keep a database
+    from app.storage import Message
 
 # ---------------------------------------------------------------- per conversation
 
@@ -126,6 +131,22 @@ class ConversationClosed:
     conversation_id: ConversationId
 
 
+@dataclass(frozen=True)
+class ReplyStored:
+    """A recorded turn's reply as stored when it ended (just before its ``TurnFinished``):
+    the message, its figures typed (:class:`~app.session.recorder.ReplyMeta`, never the
+    stored meta's keys) and its place among its siblings (1-based index, count); a client
+    shows it without reading it back. ``message`` None: the reply failed empty and was
+    dropped."""
+
+    conversation_id: ConversationId
+    turn_id: TurnId
+    message: Message | None
+    meta: ReplyMeta
+    sibling_index: int = 1
+    sibling_count: int = 1
+
+
 ConversationEvent = (
     TurnStarted
     | PromptProgressed
@@ -139,6 +160,7 @@ ConversationEvent = (
     | CacheParked
     | ConversationForked
     | ConversationClosed
+    | ReplyStored
 )
 
 # ---------------------------------------------------------------- session-wide

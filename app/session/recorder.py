@@ -14,6 +14,7 @@ is cloned there from the database the session was given.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -142,6 +143,36 @@ class ReplyMeta:
             "reasoning": self.reasoning or None,
             "reasoning_ms": self.reasoning_ms if self.reasoning else None,
         }
+
+
+@dataclass(frozen=True)
+class StoredFigures:
+    """What a stored reply's ``meta`` says, read back with the keys
+    :meth:`ReplyMeta.storage_meta` writes (here, beside them: the window reads no key)."""
+
+    finish_reason: FinishReason | None = None  # None: not stored (an older or user message)
+    prompt_processed: int | None = None  # prompt tokens decoded (not taken from the cache)
+    ttft_ms: float | None = None
+    error: str | None = None
+    engine: str = ""
+
+    @classmethod
+    def of(cls, meta: Mapping[str, Any] | None) -> StoredFigures:
+        meta = meta or {}
+        finish = meta.get("finish_reason")
+        processed = meta.get("prompt_processed")
+        ttft = meta.get("ttft_ms")
+        error = meta.get("error")
+        engine = meta.get("engine")
+        return cls(
+            finish_reason=FinishReason.parse(finish)
+            if isinstance(finish, str) and finish
+            else None,
+            prompt_processed=processed if isinstance(processed, int) else None,
+            ttft_ms=float(ttft) if isinstance(ttft, (int, float)) else None,
+            error=str(error) if error else None,
+            engine=engine if isinstance(engine, str) else "",
+        )
 
 
 class Recorder:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from app.errors import LlamaDeskError
 from app.messages import document
 from app.session import commands as cmd
+from app.session import events as ev
 from app.session.outbox import Outbox
 from app.session.recorder import ReplyMeta, SessionRecords, history
 from app.session.registry import Registry
@@ -165,6 +166,14 @@ class Recording:
             reasoning_ms=reasoning_ms,
         )
         try:
-            recorder.end_reply(pending.reply_id, result.text or answer, meta)
+            stored = recorder.end_reply(pending.reply_id, result.text or answer, meta)
         except LlamaDeskError as exc:
             log.warning("could not record reply %d: %s", pending.reply_id, exc)
+            return
+        index, count = 1, 1
+        if stored is not None:
+            try:
+                index, count = recorder.db.sibling_position(stored.id)
+            except LlamaDeskError as exc:  # deleted meanwhile by another client
+                log.info("reply %d has no siblings to count: %s", stored.id, exc)
+        self._outbox.emit(ev.ReplyStored(cid, turn, stored, meta, index, count))

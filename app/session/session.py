@@ -42,6 +42,7 @@ from app.session import commands as cmd
 from app.session import events as ev
 from app.session.conversations import Conversations
 from app.session.engine_port import EngineLoader
+from app.session.library import Library
 from app.session.local_engine import LocalLoader
 from app.session.models import SHUTDOWN_STEP_S, Models
 from app.session.outbox import ConversationCallback, Outbox, SessionCallback
@@ -94,12 +95,18 @@ class Session:
         stream_interval_s: float = STREAM_INTERVAL_S,
         name: str = "session",
         loader: EngineLoader | None = None,
+        library_database: Database | None = None,
     ) -> None:
         """``store``: state files (None: caches are not persisted). ``database``: where
         the session records messages (:meth:`answer`) and saves replies while they
         stream (a connection is cloned on the session thread; None: nothing is
         recorded). ``loader``: how models are loaded (default: llama.cpp in this process;
-        a remote engine's loader plugs in here)."""
+        a remote engine's loader plugs in here). ``library_database``: where
+        :attr:`library` reads and changes conversations (default ``database``; a window
+        with a read-only database reads there and records nothing)."""
+        source = library_database if library_database is not None else database
+        # The conversations' rows (the window's door to them): None without a database.
+        self.library: Library | None = Library(source) if source is not None else None
         self._registry = registry = Registry()
         self._outbox = outbox = Outbox(registry)
         records = SessionRecords(database)
@@ -121,7 +128,9 @@ class Session:
             replies,
             loader if loader is not None else LocalLoader(),
         )
-        loop = _Loop(registry, streams, outbox, self._models, replies, records, self._handle)
+        loop = _Loop(
+            registry, streams, outbox, self._models, replies, records, self.library, self._handle
+        )
         self._thread: SessionThread[cmd.Command] = SessionThread(loop, name)
         self._thread.start()
 
@@ -482,6 +491,7 @@ class _Loop:
         models: Models,
         replies: PartialReplies,
         records: SessionRecords,
+        library: Library | None,
         handle: Callable[[cmd.Command], None],
     ) -> None:
         self._registry = registry
@@ -490,6 +500,7 @@ class _Loop:
         self._models = models
         self._replies = replies
         self._records = records
+        self._library = library
         self.handle = handle
 
     def busy(self) -> bool:
@@ -511,3 +522,5 @@ class _Loop:
     def ended(self) -> None:
         self._replies.close()
         self._records.close()
+        if self._library is not None:
+            self._library.close()

@@ -1,32 +1,31 @@
-"""A chat's storage messages as the tab shows them (:func:`message_data`) and as the
-engine and the session take them (:func:`engine_messages`, :func:`chat_messages`)."""
+"""A chat's storage messages as the tab shows them (:func:`shown_message`) and as the
+engine and the session take them (:func:`engine_messages`, :func:`chat_messages`).
+
+A reply's figures are read with :class:`~app.session.recorder.StoredFigures` (the keys
+live beside the recorder that writes them); the place among siblings comes from the
+session (:class:`~app.session.events.ReplyStored`, the library's ``sibling_positions``).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.engine.prefix import cached_tokens
-from app.errors import LlamaDeskError
 from app.messages import ChatMessage, history
-from app.storage import Database, Message
+from app.session.recorder import StoredFigures
 from app.ui.message_data import IMPORTED_FROM, MessageData
 
+if TYPE_CHECKING:
+    from app.storage import Message
 
-def message_data(db: Database, m: Message, with_siblings: bool = True) -> MessageData:
-    index, count = 1, 1
-    if with_siblings:
-        try:
-            index, count = db.sibling_position(m.id)
-        except LlamaDeskError:
-            pass
-    processed = m.meta.get("prompt_processed") if m.meta else None
+
+def shown_message(m: Message, sibling_index: int = 1, sibling_count: int = 1) -> MessageData:
+    """The message as a bubble shows it, ``sibling_index`` of ``sibling_count``."""
+    figures = StoredFigures.of(m.meta)
     cached = None
-    if m.prompt_tokens is not None and isinstance(processed, int):
-        cached = cached_tokens(m.prompt_tokens, processed)
-    error = m.meta.get("error") if m.meta and m.status == "error" else None
-    meta = m.meta or {}
-    finish = meta.get("finish_reason")
-    ttft = meta.get("ttft_ms")
+    if m.prompt_tokens is not None and figures.prompt_processed is not None:
+        cached = cached_tokens(m.prompt_tokens, figures.prompt_processed)
+    finish = figures.finish_reason
     return MessageData(
         id=m.id,
         role=m.role,
@@ -35,14 +34,14 @@ def message_data(db: Database, m: Message, with_siblings: bool = True) -> Messag
         token_count=m.token_count,
         prompt_tokens=m.prompt_tokens,
         tokens_per_second=m.tokens_per_second,
-        sibling_index=index,
-        sibling_count=count,
-        error=str(error) if error else None,
+        sibling_index=sibling_index,
+        sibling_count=sibling_count,
+        error=figures.error if m.status == "error" else None,
         cached_tokens=cached,
         reasoning=getattr(m, "reasoning", "") or "",
         reasoning_ms=getattr(m, "reasoning_ms", None),
-        finish=str(finish) if finish else None,
-        ttft_ms=float(ttft) if isinstance(ttft, (int, float)) else None,
+        finish=finish.value if finish is not None else None,
+        ttft_ms=figures.ttft_ms,
         imported_from=_imported_from(m),
     )
 

@@ -42,12 +42,12 @@ from app.errors import LlamaDeskError
 from app.session import ContextFullPolicy, TurnResult
 from app.session import events as ev
 from app.storage import Conversation, Message
-from app.ui.chat_messages import chat_messages, engine_messages, message_data
+from app.ui.chat_messages import chat_messages, engine_messages
 from app.ui.chat_view import ChatView
 from app.ui.composer import Composer, ConversationSettings
 from app.ui.context_meter import ContextMeter
+from app.ui.door import library, places, settle
 from app.ui.message_bar import MessageBar
-from app.ui.message_data import MessageData
 from app.ui.message_delete import ask_delete, offer_after_delete
 from app.ui.status_text import ElidedLabel, IsolatedLabel
 from app.ui.tab_choices import TabChoices
@@ -67,7 +67,7 @@ from app.ui.tab_status import (
 from app.ui.tab_stop_strings import StopStrings
 from app.ui.tab_token_hint import TOKEN_COUNT_DELAY_MS, TOKEN_HINT_MIN_CHARS, TokenHint
 from app.ui.tab_turn import TabTurn
-from app.ui.text_completion import document_data, show_mode
+from app.ui.text_completion import show_mode, shown_data
 from app.ui.token_estimate import chat_token_estimate
 from app.ui.tool_picker import attach as attach_tools
 from app.ui.tool_turns import TabToolTurns
@@ -80,7 +80,6 @@ __all__ = [
     "TabHost",
     "chat_messages",
     "engine_messages",
-    "message_data",
 ]
 
 STATUS_INTERVAL_S = 0.25  # a streaming tab's speed and meter are refreshed this often
@@ -96,7 +95,6 @@ class ChatTab(QWidget):
     ) -> None:
         super().__init__()
         self.host = host
-        self.db = host.db
         self.conversation = conversation
         self.cid = conversation.id
         self.branch: list[Message] = []
@@ -226,18 +224,22 @@ class ChatTab(QWidget):
 
     def reload_conversation(self) -> None:
         try:
-            self.conversation = self.db.get_conversation(self.cid, include_deleted=True)
+            door = library(self.host.session)
+            self.conversation = settle(door.conversation(self.cid, include_deleted=True))
         except LlamaDeskError:
             return
         self.titleChanged.emit()
 
     def load_thread(self, leaf_id: int | None = None) -> None:
         try:
-            self.branch = self.db.get_thread(self.cid, leaf_id)
-        except LlamaDeskError:
-            self.branch = self.db.get_thread(self.cid)
-        self._set_mode(self.host.text_completion())
-        self.view.set_messages(self._shown())
+            thread, places = settle(library(self.host.session).shown_thread(self.cid, leaf_id))
+        except LlamaDeskError as exc:
+            self.notify(str(exc))
+            return
+        self.branch = thread
+        self.document_mode = self.host.text_completion()
+        show_mode(self.document_mode, self.send_button, self.composer)
+        self.view.set_messages(shown_data(thread, places, self.document_mode))
         self._sync_context_start()
         self.tool_turns.render()
         self.show_intro()
@@ -262,7 +264,8 @@ class ChatTab(QWidget):
         """Show ``branch``, keeping the widgets of the messages already shown in front (a
         new turn adds two widgets instead of rebuilding, and querying, the whole chat)."""
         if self.document_mode:  # one widget: the whole document
-            self.view.set_messages(self._shown())
+            places = self._places(self.branch[-1:])
+            self.view.set_messages(shown_data(self.branch, places, document_mode=True))
             self._after_branch()
             return
         shown = [w.data.id for w in self.view.messages()]
@@ -274,8 +277,9 @@ class ChatTab(QWidget):
         self.view.setUpdatesEnabled(False)
         try:
             self.view.keep_first(keep)
-            for message in self.branch[keep:]:
-                self.view.append(message_data(self.db, message))
+            added = self.branch[keep:]
+            for data in shown_data(added, self._places(added), document_mode=False):
+                self.view.append(data)
         finally:
             self.view.setUpdatesEnabled(True)
         self._after_branch()
@@ -297,14 +301,14 @@ class ChatTab(QWidget):
             self._context_start = start
             self.view.set_context_start(start)
 
-    def _shown(self) -> list[MessageData]:
-        if self.document_mode:
-            return document_data(self.db, self.branch)
-        return [message_data(self.db, m) for m in self.branch]
-
-    def _set_mode(self, document_mode: bool) -> None:
-        self.document_mode = document_mode
-        show_mode(document_mode, self.send_button, self.composer)
+    def _places(self, messages: list[Message]) -> dict[int, tuple[int, int]]:
+        """The messages' places among their siblings, read by the session's library (an
+        error is said; the messages then show as the only versions)."""
+        try:
+            return places(self.host.session, messages)
+        except LlamaDeskError as exc:
+            self.notify(str(exc))
+            return {}
 
     def after_delete(self) -> None:
         offer_after_delete(self)
@@ -336,8 +340,11 @@ class ChatTab(QWidget):
         if system == self.conversation.system_prompt and sampling == self.conversation.sampling:
             return
         try:
-            self.db.update_conversation_settings(self.cid, system_prompt=system, sampling=sampling)
-            self.conversation = self.db.get_conversation(self.cid)
+            self.conversation = settle(
+                library(self.host.session).update_settings(
+                    self.cid, system_prompt=system, sampling=sampling
+                )
+            )
         except LlamaDeskError as exc:
             self.notify(str(exc))
 
@@ -383,7 +390,7 @@ class ChatTab(QWidget):
         parent = self.leaf_id()
         if self._editing is not None:
             try:
-                parent = self.db.get_message(self._editing).parent_id
+                parent = settle(library(self.host.session).message(self._editing)).parent_id
             except LlamaDeskError as exc:
                 self.notify(str(exc))
                 return
@@ -404,7 +411,7 @@ class ChatTab(QWidget):
         if self.generating or not self.host.model_ready():
             return
         try:
-            message = self.db.get_message(message_id)
+            message = settle(library(self.host.session).message(message_id))
         except LlamaDeskError as exc:
             self.notify(str(exc))
             return
@@ -419,7 +426,7 @@ class ChatTab(QWidget):
         if self.generating:
             return
         try:
-            message = self.db.get_message(message_id)
+            message = settle(library(self.host.session).message(message_id))
         except LlamaDeskError as exc:
             self.notify(str(exc))
             return
@@ -447,13 +454,12 @@ class ChatTab(QWidget):
         if self.generating:
             return
         try:
-            siblings = self.db.siblings(message_id)
+            siblings = settle(library(self.host.session).siblings(message_id))
             ids = [m.id for m in siblings]
             index = ids.index(message_id) + delta
             if not 0 <= index < len(ids):
                 return
-            leaf = self.db.leaf_of(ids[index])
-            self.db.set_current_leaf(self.cid, leaf)
+            leaf = settle(library(self.host.session).show_branch(self.cid, ids[index]))
         except (LlamaDeskError, ValueError) as exc:
             self.notify(str(exc))
             return

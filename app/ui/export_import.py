@@ -27,6 +27,7 @@ from PySide6.QtCore import QObject, QStandardPaths, Signal, Slot
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from app.errors import LlamaDeskError
+from app.session.library import Library
 from app.storage import Database
 from app.storage.errors import ImportValidationError
 from app.storage.export import ExportFormat, file_stem, validate, write_bundle, write_each
@@ -77,17 +78,13 @@ def _export_job(
         db.close()
 
 
-def _import_job(db_path: Path, files: tuple[Path, ...]) -> TransferOutcome:
+def _import_job(door: Library, files: tuple[Path, ...]) -> TransferOutcome:
+    """On a pool thread: the files are read and checked here, written by the library."""
     try:
-        db = Database.open(db_path)
-    except LlamaDeskError as exc:
-        return TransferOutcome(f"Nothing was imported: {exc}", True)
-    try:
-        ids = _import_marked(db, files)
+        data = _marked_data(files)
+        ids = door.import_data(data) if data is not None else []
     except LlamaDeskError as exc:
         return TransferOutcome(str(exc), True)
-    finally:
-        db.close()
     source = files[0].name if len(files) == 1 else plural(len(files), "file")
     if not ids:
         return TransferOutcome(f"{source} holds no conversations; nothing was imported.")
@@ -96,11 +93,12 @@ def _import_job(db_path: Path, files: tuple[Path, ...]) -> TransferOutcome:
     )
 
 
-def _import_marked(db: Database, files: tuple[Path, ...]) -> list[int]:
-    """Import the files (all or nothing, as :func:`app.storage.export.import_files`) with
-    every message marked with the file it came from (:data:`IMPORTED_FROM`): its chat
-    then says it was imported. Errors name the file."""
-    from app.storage.export import import_json, read_json_file
+def _marked_data(files: tuple[Path, ...]) -> dict[str, Any] | None:
+    """The files as one export to import (all or nothing, as
+    :func:`app.storage.export.import_files`) with every message marked with the file it
+    came from (:data:`IMPORTED_FROM`): its chat then says it was imported. Errors name the
+    file. None: no files."""
+    from app.storage.export import read_json_file
 
     conversations: list[Any] = []
     for path in files:
@@ -111,7 +109,7 @@ def _import_marked(db: Database, files: tuple[Path, ...]) -> list[int]:
             where = path.name + (f", {exc.where}" if exc.where else "")
             raise ImportValidationError(where, exc.problem) from None
         conversations.extend(_marked(conv, path.name) for conv in data["conversations"])
-    return import_json(db, {**data, "conversations": conversations}) if files else []
+    return {**data, "conversations": conversations} if files else None
 
 
 def _marked(conversation: Any, source: str) -> Any:
@@ -142,10 +140,13 @@ class ConversationTransfers(QObject):
 
     finished = Signal(object)  # a TransferOutcome, on the GUI thread
 
-    def __init__(self, db: Database, parent: QWidget) -> None:
+    def __init__(self, db: Database, parent: QWidget, door: Library | None = None) -> None:
         super().__init__(parent)
         self._widget = parent
         self._db = db
+        # Imports are written by the session's library (a Library of this database's
+        # own when the window gives none: a sidebar shown alone).
+        self._door = door if door is not None else Library(db)
         self.native_dialogs = True
         self.dialog: QFileDialog | None = None
         self._folder: Path | None = None  # where the last dialog ended, to start there
@@ -256,9 +257,8 @@ class ConversationTransfers(QObject):
     def import_paths(self, files: Sequence[Path]) -> None:
         """Import JSON export files, all or nothing (in the background)."""
         if files:
-            db_path = self._db.path
-            chosen = tuple(Path(f) for f in files)
-            self._submit(lambda: _import_job(db_path, chosen))
+            door, chosen = self._door, tuple(Path(f) for f in files)
+            self._submit(lambda: _import_job(door, chosen))
 
     def wait_idle(self, msecs: int = 30_000) -> bool:
         """Block until queued exports and imports are done (shutdown, tests)."""

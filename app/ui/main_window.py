@@ -39,6 +39,7 @@ from app.session import events as ev
 from app.storage import AppSettings, Database, StateStore, load_settings
 from app.ui import window_crash
 from app.ui.chat_tab import ChatTab
+from app.ui.door import library, settle
 from app.ui.downloads_panel import Downloads
 from app.ui.frame_pace import FramePace
 from app.ui.mcp_runtime import shared_runtime
@@ -101,7 +102,10 @@ class MainWindow(QMainWindow):
         from app.ui.engines_models import window_loader  # local files and remote models
 
         self.worker = EngineWorker(
-            self.store, None if read_only else db, window_loader(self.app_settings)
+            self.store,
+            None if read_only else db,
+            window_loader(self.app_settings),
+            library_database=db,  # read-only too: the window reads through it
         )
         self.session: Session = self.worker.session
         self.model: LoadedModel | None = None
@@ -141,7 +145,7 @@ class MainWindow(QMainWindow):
     # ================================================================ construction
 
     def _build(self) -> None:
-        self.sidebar = Sidebar(self.db)
+        self.sidebar = Sidebar(self.db, door=library(self.session))
         self.sidebar.setObjectName("sidebar")
         self.conversations_ui.connect_sidebar()
 
@@ -234,7 +238,8 @@ class MainWindow(QMainWindow):
             self.restoreState(QByteArray(base64.b64decode(s.window_state)))
         if not self.read_only:
             try:
-                for cid in self.db.purge_deleted(older_than_seconds=PURGE_AFTER_S):
+                purge = library(self.session).purge_deleted(older_than_seconds=PURGE_AFTER_S)
+                for cid in settle(purge):
                     self.store.delete(cid)
             except LlamaDeskError as exc:
                 log.warning("purge failed: %s", exc)
@@ -246,7 +251,7 @@ class MainWindow(QMainWindow):
             self.downloads.restore_pending()
         if s.restore_tabs:
             try:
-                tabs, active = self.db.load_tabs()
+                tabs, active = settle(library(self.session).load_tabs())
             except LlamaDeskError as exc:
                 self.show_message(str(exc))
                 tabs, active = [], None

@@ -10,14 +10,14 @@ after the user says yes to a question (as for remote engines); the answer is kep
 entry (``llamadeskAllowInsecureHttp``).
 
 Changes are saved at once (not at OK): they are files and keyring entries of their own,
-not part of the settings the dialog's OK applies. Every file, keyring and server action
-runs on the MCP thread (:mod:`app.ui.mcp_runtime`); the page shows a sentence when it
+not part of the settings the dialog's OK applies. Every file and keyring action runs
+as a job of the page's pool (:mod:`app.ui.background`), a server's test on the MCP loop
+(:mod:`app.ui.mcp_runtime`); the page shows a sentence when it
 ends, so a server that hangs or dies costs a wait for its timeout, never a frozen window.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -41,6 +41,7 @@ from shiboken6 import isValid
 from app.errors import LlamaDeskError
 from app.mcp.client import McpConnection, ServerStatus
 from app.mcp.config import HttpServer, ServerConfig
+from app.ui.background import BackgroundJobs
 from app.ui.mcp_runtime import PROBE_TIMEOUT_S, McpRuntime, shared_runtime
 from app.ui.mcp_server_dialog import McpServerDialog
 from app.ui.mcp_store import McpStore, ServerEntry, resolved
@@ -74,6 +75,7 @@ class McpPage(QWidget):
         self.setObjectName("mcp-page")
         self.store = store or McpStore()
         self.runtime = runtime or shared_runtime()
+        self._jobs = BackgroundJobs("mcp-settings")  # one after another: writes stay in order
         self._worker = worker
         self._model_ready = model_ready or (lambda: False)
         self._probe_timeout_s = probe_timeout_s
@@ -174,7 +176,7 @@ class McpPage(QWidget):
             else:
                 done(result)  # type: ignore[arg-type]
 
-        self.runtime.submit(asyncio.to_thread(fn), finished)
+        self._jobs.run(fn, finished)
 
     def say(self, text: str, error: bool = False) -> None:
         self.status.setText(text)
@@ -461,7 +463,7 @@ class McpPage(QWidget):
         self._update_buttons()
         self.say(f"Testing '{name}'…")
         self.runtime.submit(
-            _test(self.store, entry, self._probe_timeout_s),
+            _test(self.runtime, self.store, entry, self._probe_timeout_s),
             lambda result: self._on_tested(name, result),
         )
 
@@ -535,8 +537,10 @@ class McpPage(QWidget):
         self.say(text, error)
 
 
-async def _test(store: McpStore, entry: ServerEntry, timeout_s: float) -> ServerStatus:
-    server, missing = await asyncio.to_thread(resolved, entry, store.secrets)
+async def _test(
+    runtime: McpRuntime, store: McpStore, entry: ServerEntry, timeout_s: float
+) -> ServerStatus:
+    server, missing = await runtime.blocking(lambda: resolved(entry, store.secrets))
     if missing:
         return ServerStatus(
             entry.name,

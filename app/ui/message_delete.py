@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Protocol
 from PySide6.QtWidgets import QMessageBox, QWidget
 
 from app.errors import LlamaDeskError
+from app.ui.door import library, settle
 
 if TYPE_CHECKING:
-    from app.storage import Database, Message
+    from app.storage import Message
     from app.ui.message_bar import MessageBar
     from app.ui.tab_host import TabHost
 
@@ -35,7 +36,6 @@ class DeletingTab(Protocol):
     """What deleting a message uses of the chat tab."""
 
     host: TabHost
-    db: Database
     cid: int
 
     @property
@@ -61,7 +61,7 @@ def ask_delete(tab: DeletingTab, parent: QWidget, message_id: int) -> QMessageBo
         tab.notify(ANSWERING, error=False)
         return None
     try:
-        has_replies = bool(tab.db.children(message_id))
+        has_replies = bool(settle(library(tab.host.session).children(message_id)))
     except LlamaDeskError as exc:
         tab.notify(str(exc))
         return None

@@ -31,9 +31,11 @@ from PySide6.QtGui import QKeyEvent, QPalette
 from PySide6.QtWidgets import QAbstractItemView, QLabel, QLineEdit, QMenu, QVBoxLayout, QWidget
 
 from app.errors import LlamaDeskError
+from app.session.library import Library
 from app.storage import Database
 from app.storage.export import ExportFormat
 from app.ui.background import BackgroundJobs
+from app.ui.door import settle
 from app.ui.export_import import ConversationTransfers, TransferOutcome
 from app.ui.sidebar_model import (
     PINNED,
@@ -94,9 +96,12 @@ class Sidebar(QWidget):
         parent: QWidget | None = None,
         *,
         now: Callable[[], float] = time.time,
+        door: Library | None = None,
     ) -> None:
         super().__init__(parent)
         self.db = db
+        # The window's: the list is read through the session's library (off this thread).
+        self._door = door
         self.now = now
         self._current: int | None = None
         self._empty_listed: int | None = None  # an empty chat listed because it is current
@@ -134,7 +139,7 @@ class Sidebar(QWidget):
         self._notice_timer = QTimer(self)
         self._notice_timer.setSingleShot(True)
         self._notice_timer.timeout.connect(self.notice.hide)
-        self.transfers = ConversationTransfers(db, self)
+        self.transfers = ConversationTransfers(db, self, door)
         # Results of exports and imports under the list; a window that shows them in its
         # own message bar (transfers.finished) turns this off.
         self.transfer_notices = True
@@ -266,7 +271,10 @@ class Sidebar(QWidget):
         rows: list[Row] = []
         groups: list[str] = []
         self._empty_listed = None
-        for c in self.db.list_conversations():
+        listed = (
+            settle(self._door.listing()) if self._door is not None else self.db.list_conversations()
+        )
+        for c in listed:
             # An unused "New chat" is not worth a row, unless it is the one being written.
             if c.message_count == 0:
                 if c.id != self._current:

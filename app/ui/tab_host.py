@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from app.storage import Database
-
 if TYPE_CHECKING:
     from app.engine.chat_template import ReasoningDefaults
     from app.session import LoadedModel, Session
@@ -15,7 +13,6 @@ if TYPE_CHECKING:
 class TabHost(Protocol):
     """What a tab needs from the window."""
 
-    db: Database
     worker: EngineWorker  # this tab's event stream: worker.stream(conversation id)
     session: Session  # commands
 

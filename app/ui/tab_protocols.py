@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from app.session import TurnResult
-    from app.storage import Conversation, Database, Message
+    from app.storage import Conversation, Message
     from app.ui.chat_view import ChatView
     from app.ui.composer import Composer, ConversationSettings
     from app.ui.message_bar import MessageBar
@@ -44,7 +44,6 @@ class TurnTab(Protocol):
     """What a turn (generation and the conversation's session events) uses of the tab."""
 
     host: TabHost
-    db: Database
     cid: int
     conversation: Conversation
     branch: list[Message]  # the messages shown, the reply being written last

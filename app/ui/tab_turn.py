@@ -21,7 +21,8 @@ from app.errors import LlamaDeskError
 from app.messages import ChatMessage, document
 from app.session import RecordedTurn, ReplyMeta, TurnResult, reasoning_options
 from app.session import events as ev
-from app.ui.chat_messages import message_data
+from app.ui.chat_messages import shown_message
+from app.ui.door import library, settle
 from app.ui.tab_status import TabState
 from app.ui.text_completion import document_data
 from app.ui.wording import plural
@@ -38,6 +39,8 @@ class TabTurn:
         self.tab = tab
         self._answer: Future[RecordedTurn] | None = None  # the turn asked for last
         self._finished: TurnResult | None = None  # its end, if it came before its ids
+        # The last reply the session stored (before its turn's end; matched by id there).
+        self._stored: ev.ReplyStored | None = None
         self._parent: int | None = None  # the message the reply answers
 
     def generate(
@@ -108,13 +111,14 @@ class TabTurn:
         tab.reply_id = outcome.reply_message_id
         # what the reply answers: the new message, else the one answered again
         self._parent = outcome.user_message_id or parent_id
+        door = library(tab.host.session)
         try:
-            tab.branch = tab.db.get_thread(tab.cid, outcome.reply_message_id)
+            tab.branch = settle(door.thread(tab.cid, outcome.reply_message_id))
         except LlamaDeskError:
             # The turn failed at once and the session dropped its empty reply already
             # (its end is on the way): show the question it answers.
             try:
-                tab.branch = tab.db.get_thread(tab.cid, self._parent) if self._parent else []
+                tab.branch = settle(door.thread(tab.cid, self._parent)) if self._parent else []
             except LlamaDeskError as exc:
                 tab.notify(str(exc))
         tab.show_branch()
@@ -143,6 +147,8 @@ class TabTurn:
                 self.on_progress(event.done, event.total)
             case ev.TurnStarted():
                 self.on_started(event.n_to_process)
+            case ev.ReplyStored():
+                self._stored = event  # the TurnFinished that follows shows it
             case ev.TurnFinished():
                 self.on_finished(event.result)
             case ev.TurnFailed():
@@ -231,10 +237,11 @@ class TabTurn:
         if notice:
             # Said once, in this tab (also a full context that stopped the reply).
             self._report_error(notice, failed=meta.status == "error")
-        try:
-            message = tab.db.get_message(reply_id)
-        except LlamaDeskError:
-            message = None  # an empty failed reply: the session dropped it
+        stored = self._stored
+        # None: an empty failed reply, which the session dropped
+        message = stored.message if stored is not None else None
+        if message is not None and message.id != reply_id:
+            message = None
         self._settle(message)
         if message is None:
             tab.load_thread()
@@ -244,8 +251,10 @@ class TabTurn:
             widget = tab.view.widget_for(reply_id)
             if widget is not None:
                 widget.set_streaming(False)
-                shown = document_data(tab.db, tab.branch) if tab.document_mode else []
-                widget.update_data(shown[0] if shown else message_data(tab.db, message))
+                assert stored is not None
+                place = (stored.sibling_index, stored.sibling_count)
+                shown = document_data(tab.branch, {reply_id: place}) if tab.document_mode else []
+                widget.update_data(shown[0] if shown else shown_message(message, *place))
         tab.view.set_actions_enabled(True)
         tab.update_status()
         tab.reload_conversation()

@@ -15,13 +15,14 @@ chat template, :func:`~app.ui.tab_intro.is_base_model`); choosing a template cha
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from PySide6.QtWidgets import QPushButton
 
 from app.messages import document
 from app.session import LoadedModel
-from app.storage import Database, Message
-from app.ui.chat_messages import message_data
+from app.storage import Message
+from app.ui.chat_messages import shown_message
 from app.ui.composer import Composer
 from app.ui.message_data import MessageData
 from app.ui.tab_intro import is_base_model
@@ -63,11 +64,24 @@ def engine_template(value: str) -> str:
     return "" if value == RAW_TEMPLATE else value
 
 
-def document_data(db: Database, branch: list[Message]) -> list[MessageData]:
+def document_data(
+    branch: list[Message], places: Mapping[int, tuple[int, int]]
+) -> list[MessageData]:
     """The branch as the document's one widget (nothing for an empty branch): its text
     the whole document, its figures and versions the last part's (Try again writes
-    that part again)."""
+    that part again; ``places`` holds its place among its siblings, read by the
+    session's library)."""
     if not branch:
         return []
-    last = message_data(db, branch[-1])
+    last = shown_message(branch[-1], *places.get(branch[-1].id, (1, 1)))
     return [dataclasses.replace(last, role=DOCUMENT_ROLE, content=document(branch))]
+
+
+def shown_data(
+    branch: list[Message], places: Mapping[int, tuple[int, int]], document_mode: bool
+) -> list[MessageData]:
+    """``branch`` as the view shows it: one widget per message, each ``places[id]`` among
+    its siblings, or in text completion the one document (:func:`document_data`)."""
+    if document_mode:
+        return document_data(branch, places)
+    return [shown_message(m, *places.get(m.id, (1, 1))) for m in branch]

@@ -1,4 +1,4 @@
-"""The window's MCP servers while chats use them: connected once on the MCP thread
+"""The window's MCP servers while chats use them: connected once on the MCP loop
 (:mod:`app.ui.mcp_runtime`) and kept open, and the model's calls of a round run through
 :class:`~app.mcp.host.ToolHost` (loop guard, approval, per-call timeout) there.
 
@@ -127,11 +127,11 @@ class ToolRunner:
     async def _connect(self) -> Connected:
         await self._release()
         try:
-            config, problems = await asyncio.to_thread(self.store.config)
+            config, problems = await self.runtime.blocking(self.store.config)
         except Exception as exc:  # an unreadable mcp.json: a sentence, no servers
             return Connected((), (str(exc),))
         if self._policy is None:
-            self._policy = await asyncio.to_thread(ApprovalPolicy)
+            self._policy = await self.runtime.blocking(ApprovalPolicy)
         if self._policy.problem:
             problems.append(self._policy.problem)
         ready: asyncio.Future[McpManager] = asyncio.get_running_loop().create_future()

@@ -6,6 +6,7 @@ import time
 from typing import TYPE_CHECKING
 
 from app.errors import LlamaDeskError
+from app.ui.door import library, settle
 from app.ui.export_import import TransferOutcome
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ class WindowConversations:
     def rename(self, conversation_id: int, title: str) -> None:
         win = self.win
         try:
-            win.db.rename(conversation_id, title)
+            settle(library(win.session).rename(conversation_id, title))
         except LlamaDeskError as exc:
             win.show_message(str(exc))
         tab = win.tab_for(conversation_id)
@@ -50,7 +51,7 @@ class WindowConversations:
     def pin(self, conversation_id: int, pinned: bool) -> None:
         win = self.win
         try:
-            win.db.set_pinned(conversation_id, pinned)
+            settle(library(win.session).set_pinned(conversation_id, pinned))
         except LlamaDeskError as exc:
             win.show_message(str(exc))
         win.sidebar.refresh()
@@ -58,7 +59,7 @@ class WindowConversations:
     def delete_conversation(self, conversation_id: int) -> None:
         win = self.win
         try:
-            title = win.db.get_conversation(conversation_id).title or "New chat"
+            title = settle(library(win.session).conversation(conversation_id)).title or "New chat"
         except LlamaDeskError as exc:
             win.show_message(str(exc))
             return
@@ -69,7 +70,7 @@ class WindowConversations:
             win.update_stack()
             win.schedule_save_tabs()
         try:
-            win.db.delete_conversation(conversation_id)
+            settle(library(win.session).delete(conversation_id))
         except LlamaDeskError as exc:
             win.show_message(str(exc))
             return
@@ -93,7 +94,7 @@ class WindowConversations:
         self._undo_ids = []
         for conversation_id in conversation_ids:
             try:
-                win.db.restore_conversation(conversation_id)
+                settle(library(win.session).restore(conversation_id))
             except LlamaDeskError as exc:
                 win.show_message(str(exc))
                 return
@@ -109,8 +110,7 @@ class WindowConversations:
             return
         if tab.view.widget_for(message_id) is None and not tab.generating:
             try:
-                leaf = win.db.leaf_of(message_id)
-                win.db.set_current_leaf(conversation_id, leaf)
+                leaf = settle(library(win.session).show_branch(conversation_id, message_id))
             except LlamaDeskError as exc:
                 win.show_message(str(exc))
                 return

@@ -77,7 +77,7 @@ class TabsWindow(TabHost, Protocol):
 class ConversationsWindow(Protocol):
     """What the sidebar's conversation commands use of the window."""
 
-    db: Database
+    session: Session
     sidebar: Sidebar
     message_bar: MessageBar
 

@@ -22,6 +22,7 @@ from app.errors import LlamaDeskError
 from app.storage import Tab
 from app.storage.export import ExportFormat
 from app.ui.chat_tab import ChatTab, chat_messages
+from app.ui.door import library, settle
 from app.ui.window_conversations import PURGE_AFTER_S
 from app.ui.wording import FORK_SUFFIX
 
@@ -116,8 +117,9 @@ class WindowTabs:
     def fork_from(self, tab: ChatTab, message_id: int) -> None:
         win = self.win
         try:
-            conversation = win.db.fork_conversation(tab.cid, message_id)
-            thread = win.db.get_thread(conversation.id)
+            door = library(win.session)
+            conversation = settle(door.fork(tab.cid, message_id))
+            thread = settle(door.thread(conversation.id))
         except LlamaDeskError as exc:
             win.show_message(str(exc))
             return
@@ -154,7 +156,7 @@ class WindowTabs:
             )
             return None
         try:
-            conversation = win.db.get_conversation(conversation_id)
+            conversation = settle(library(win.session).conversation(conversation_id))
         except LlamaDeskError as exc:
             win.show_message(str(exc))
             return None
@@ -202,10 +204,12 @@ class WindowTabs:
             return None
         s = win.app_settings
         try:
-            conversation = win.db.create_conversation(
-                system_prompt=s.default_system_prompt,
-                sampling=s.default_sampling.to_dict(),
-                model_path=win.model_path(),
+            conversation = settle(
+                library(win.session).create(
+                    system_prompt=s.default_system_prompt,
+                    sampling=s.default_sampling.to_dict(),
+                    model_path=win.model_path(),
+                )
             )
         except LlamaDeskError as exc:
             win.show_message(str(exc))
@@ -246,8 +250,9 @@ class WindowTabs:
         if empty and not win.read_only:
             # An empty "New chat" that was never used does not clutter the list.
             try:
-                win.db.delete_conversation(tab.cid)
-                win.db.purge_deleted(older_than_seconds=PURGE_AFTER_S)
+                door = library(win.session)
+                settle(door.delete(tab.cid))
+                settle(door.purge_deleted(older_than_seconds=PURGE_AFTER_S))
             except LlamaDeskError:
                 pass
             win.sidebar.schedule_refresh()
@@ -295,7 +300,7 @@ class WindowTabs:
         tabs = [Tab(t.cid, i, t.leaf_id()) for i, t in enumerate(self.tabs())]
         current = self.current_tab()
         try:
-            win.db.save_tabs(tabs, current.cid if current else None)
+            settle(library(win.session).save_tabs(tabs, current.cid if current else None))
         except LlamaDeskError as exc:
             win.show_message(str(exc))
 

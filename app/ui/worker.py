@@ -50,6 +50,7 @@ class EngineWorker(QObject):
         store: StateStore | None,
         database: Database | None = None,
         loader: EngineLoader | None = None,  # None: local files only
+        library_database: Database | None = None,  # the conversations' rows (default: database)
     ) -> None:
         super().__init__(None)
         # The session's Python work between decodes holds the GIL; by default a thread
@@ -60,7 +61,9 @@ class EngineWorker(QObject):
             from app.offload_loader import OffloadLoader  # remote devices in a child (issue 22)
 
             loader = OffloadLoader()
-        self.session = Session(store, database, name="engine", loader=loader)
+        self.session = Session(
+            store, database, name="engine", loader=loader, library_database=library_database
+        )
         self._streams: dict[int, tuple[ConversationStream, Callable[[], None]]] = {}
         self._unsubscribe = self.session.subscribe_session(self._on_session_event)
         self._called.connect(self._deliver)

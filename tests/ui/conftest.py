@@ -171,8 +171,8 @@ def send(qtbot: Any, tab: Any, text: str) -> None:
 def set_sampling(tab: Any, **values: Any) -> None:
     """Store sampling values in the tab's conversation and show them in its settings."""
     sampling = {**tab.conversation.sampling, **values}
-    tab.db.update_conversation_settings(tab.cid, sampling=sampling)
-    tab.conversation = tab.db.get_conversation(tab.cid)
+    tab.host.db.update_conversation_settings(tab.cid, sampling=sampling)
+    tab.conversation = tab.host.db.get_conversation(tab.cid)
     tab.settings.set_values(tab.conversation.system_prompt, tab.conversation.sampling)
 
 

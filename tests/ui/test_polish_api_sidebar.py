@@ -75,18 +75,19 @@ def test_a_burst_of_stored_turns_queries_the_list_once(
     qtbot: Any, make_window: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from app.session import events as ev
+    from app.ui.door import library
     from app.ui.sidebar import BACKGROUND_REFRESH_MS
 
     window, _ = make_window()
-    sidebar = window.sidebar
+    door = library(window.session)  # the sidebar lists through the session's library
     queries: list[int] = []
-    real = sidebar.db.list_conversations
+    real = door.listing
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         queries.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(sidebar.db, "list_conversations", counted)
+    monkeypatch.setattr(door, "listing", counted)
     cid = window.db.create_conversation("From a script").id
     window.db.append_message(cid, "user", "hello from a script")
     for _ in range(5):  # a client storing turns back to back, 180 ms apart

@@ -64,8 +64,8 @@ def test_the_dark_window_has_no_light_band(qtbot: Any, make_window: Any) -> None
     assert tab is not None
     assert_dark(qtbot, window, "a new chat")
     sampling = {**tab.conversation.sampling, "grammar": WORDS_GRAMMAR, "max_tokens": 4}
-    tab.db.update_conversation_settings(tab.cid, sampling=sampling)
-    tab.conversation = tab.db.get_conversation(tab.cid)
+    tab.host.db.update_conversation_settings(tab.cid, sampling=sampling)
+    tab.conversation = tab.host.db.get_conversation(tab.cid)
     send(qtbot, tab, "hello in the dark")
     wait_idle(qtbot, tab)
     assert_dark(qtbot, window, "a chat")

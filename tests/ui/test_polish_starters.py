@@ -34,7 +34,7 @@ def test_a_starter_fills_the_composer_and_sends_nothing(qtbot: Any, make_window:
     assert tab.composer.toPlainText() == CHAT_STARTERS[0][1]
     assert tab.composer.hasFocus() or window.focusWidget() is tab.composer
     assert tab.composer.textCursor().atEnd()  # the user goes on typing
-    assert not tab.generating and tab.db.get_thread(tab.cid) == []  # nothing was sent
+    assert not tab.generating and tab.host.db.get_thread(tab.cid) == []  # nothing was sent
     # the keyboard: Tab goes on from the message box to the starters, Space presses one
     qtbot.waitUntil(lambda: QApplication.activeWindow() is window, timeout=5000)
     focused: list[Any] = []
@@ -52,8 +52,8 @@ def test_a_starter_fills_the_composer_and_sends_nothing(qtbot: Any, make_window:
     assert tab.composer.toPlainText() == CHAT_STARTERS[1][1]
     # once the chat has messages, they go
     sampling = {**tab.conversation.sampling, "grammar": WORDS_GRAMMAR, "max_tokens": 3}
-    tab.db.update_conversation_settings(tab.cid, sampling=sampling)
-    tab.conversation = tab.db.get_conversation(tab.cid)
+    tab.host.db.update_conversation_settings(tab.cid, sampling=sampling)
+    tab.conversation = tab.host.db.get_conversation(tab.cid)
     send(qtbot, tab, "hello")
     wait_idle(qtbot, tab)
     assert not starters.isVisible()

@@ -102,17 +102,20 @@ def test_thinking_tip_names_the_rule_and_format() -> None:
 class PlayedSession:
     """``Session.answer`` played by the test: it records what the session would (through
     the session's own :class:`~app.session.Recorder`) and finishes the reply before the
-    test sends ``TurnFinished``, as the session does."""
+    test sends ``TurnFinished``, as the session does (``finish`` gives the ``ReplyStored``
+    the session sends just before it)."""
 
     def __init__(self, db: Database) -> None:
         self.recorder = Recorder(db)
         self.calls: list[tuple[Any, ...]] = []
         self.reply_id = 0
+        self.cid = 0
 
     def answer(
         self, cid: int, parent_id: int | None, text: str | None = None, **kwargs: Any
     ) -> Future[RecordedTurn]:
         self.calls.append((cid, parent_id, text, kwargs))
+        self.cid = cid
         user = self.recorder.add_user(cid, text or "", parent_id)
         self.reply_id = self.recorder.begin_reply(cid, user.id, "/models/tiny.gguf").id
         future: Future[RecordedTurn] = Future()
@@ -121,12 +124,14 @@ class PlayedSession:
 
     def finish(
         self, result: TurnResult, reasoning: str = "", reasoning_ms: float | None = None
-    ) -> None:
+    ) -> ev.ReplyStored:
         """What the session's streamed copy adds: ``reasoning`` and its time."""
         meta = ReplyMeta.of(
             result, "/models/tiny.gguf", "llama.cpp", reasoning=reasoning, reasoning_ms=reasoning_ms
         )
-        self.recorder.end_reply(self.reply_id, result.text, meta)
+        stored = self.recorder.end_reply(self.reply_id, result.text, meta)
+        place = self.recorder.db.sibling_position(stored.id) if stored else (1, 1)
+        return ev.ReplyStored(ConversationId(self.cid), TurnId(1), stored, meta, *place)
 
 
 def play(qtbot: Any, window: Any, tab: Any, monkeypatch: Any, text: str) -> PlayedSession:
@@ -175,7 +180,8 @@ def test_streamed_reasoning_then_answer(qtbot: Any, make_window: Any, monkeypatc
         n_prompt=5,
         n_prompt_processed=5,
     )
-    played.finish(result)  # the session stores the reply before TurnFinished goes out
+    # the session stores the reply (and says so) before TurnFinished goes out
+    tab.on_event(played.finish(result))
     tab.on_event(ev.TurnFinished(ConversationId(cid), TurnId(1), result))
     assert not tab.generating
     assert block.title() == "Thought for 12 s"
@@ -204,7 +210,7 @@ def test_stopped_while_thinking_keeps_the_thoughts(
     tab.on_event(streamed(tab.cid, "half a thought", 2, Channel.REASONING))
     tab.flush(True)
     aborted = TurnResult(finish_reason=FinishReason.ABORTED)
-    played.finish(aborted, reasoning="half a thought", reasoning_ms=300.0)
+    tab.on_event(played.finish(aborted, reasoning="half a thought", reasoning_ms=300.0))
     tab.on_event(ev.TurnFinished(ConversationId(tab.cid), TurnId(1), aborted))
     reply = window.db.get_thread(tab.cid)[-1]
     assert reply.status == "stopped" and reply.content == ""

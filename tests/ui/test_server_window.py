@@ -87,8 +87,8 @@ def endless_tab(window: Any, max_tokens: int) -> Any:
         "temperature": 0.8,
         "seed": 3,
     }
-    tab.db.update_conversation_settings(tab.cid, sampling=sampling)
-    tab.conversation = tab.db.get_conversation(tab.cid)
+    tab.host.db.update_conversation_settings(tab.cid, sampling=sampling)
+    tab.conversation = tab.host.db.get_conversation(tab.cid)
     tab.settings.set_values(tab.conversation.system_prompt, tab.conversation.sampling)
     return tab
 

@@ -177,8 +177,8 @@ def test_the_window_flushes_at_the_screens_pace(qtbot: Any, make_window: Any) ->
     window, _ = make_window()
     tab = window.new_tab()
     sampling = {**tab.conversation.sampling, "grammar": ENDLESS_GRAMMAR, "max_tokens": 200}
-    tab.db.update_conversation_settings(tab.cid, sampling=sampling)
-    tab.conversation = tab.db.get_conversation(tab.cid)
+    tab.host.db.update_conversation_settings(tab.cid, sampling=sampling)
+    tab.conversation = tab.host.db.get_conversation(tab.cid)
     tab.settings.set_values(tab.conversation.system_prompt, tab.conversation.sampling)
     send(qtbot, tab, "hello")
     qtbot.waitUntil(lambda: bool(tab.reply_text()), timeout=10000)

@@ -672,4 +672,5 @@ def test_the_meter_counts_a_chat_that_is_not_cached_yet(
     assert "an estimate" in tab.meter_label.toolTip()
     send(qtbot, tab, "and an alpaca?")
     wait_idle(qtbot, tab)
-    assert "not cached" not in tab.meter_label.text()  # the session's own count now
+    # the session's own count now (its SequenceStatus can come just after the turn's end)
+    qtbot.waitUntil(lambda: "not cached" not in tab.meter_label.text(), timeout=5000)
