@@ -258,7 +258,7 @@ class DevicesPage(QWidget):
             return
         self._probing.add(name)
         self._say(f"Asking {name}…")
-        signal = self._bridge.probed
+        bridge = self._bridge  # held by the job: see devices_plan.PlanLabel.show_plan
 
         def job() -> None:  # on a pool thread
             from app.engine.rpc_probe import probe
@@ -266,9 +266,9 @@ class DevicesPage(QWidget):
             try:
                 probe(name, timeout_s=5.0)
             except RpcProbeError as exc:
-                _emit(signal, name, str(exc))
+                _emit(bridge.probed, name, str(exc))
                 return
-            _emit(signal, name, None)
+            _emit(bridge.probed, name, None)
 
         self._jobs.submit(job)
 
@@ -295,10 +295,10 @@ class DevicesPage(QWidget):
 
     def refresh_devices(self) -> None:
         endpoints = self.endpoint_list()
-        signal = self._bridge.listed
+        bridge = self._bridge  # held by the job: see devices_plan.PlanLabel.show_plan
 
         def job() -> None:  # on a pool thread
-            _emit(signal, device_rows(endpoints))
+            _emit(bridge.listed, device_rows(endpoints))
 
         self._jobs.submit(job)
 

@@ -52,7 +52,9 @@ class PlanLabel(QLabel):
         self.setText("Plan: working out where the layers would go…")
         self.show()
         request, settings, context = self._request, load_device_settings(), self._context()
-        signal = self._bridge.planned
+        # The job holds the bridge itself, not only its signal: a label closed meanwhile
+        # (its Python object collected) must not free the object the pool thread emits on.
+        bridge = self._bridge
 
         def job() -> None:  # on a pool thread
             from app.engine.offload_preview import preview
@@ -63,8 +65,8 @@ class PlanLabel(QLabel):
             except (LlamaDeskError, OSError) as exc:
                 text = f"No plan for {Path(path).name}: {exc}"
             try:
-                signal.emit(request, text)
-            except RuntimeError:  # the label is gone
+                bridge.planned.emit(request, text)
+            except RuntimeError:  # the application is gone
                 pass
 
         self._jobs.submit(job)
@@ -77,7 +79,10 @@ class PlanLabel(QLabel):
 
     def _on_planned(self, request: int, text: str) -> None:
         if request == self._request:
-            self.setText(text)
+            try:
+                self.setText(text)
+            except RuntimeError:  # the label was closed while its plan was worked out
+                pass
 
     def wait_idle(self, timeout_s: float = 10.0) -> bool:
         return self._jobs.wait_idle(timeout_s)

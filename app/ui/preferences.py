@@ -482,7 +482,7 @@ class PreferencesDialog(QDialog):
 
     def _token_job(self, action: Callable[[config.TokenStore], None] | None) -> None:
         self._token_busy += 1
-        signal = self._bridge.token
+        bridge = self._bridge  # held by the job: see devices_plan.PlanLabel.show_plan
         dialog_store = self._store
 
         def job() -> None:
@@ -490,7 +490,7 @@ class PreferencesDialog(QDialog):
             try:
                 store = dialog_store or config.TokenStore()
             except Exception as exc:  # a keyring that fails to load
-                _emit(signal, TokenState(False, "", False, f"The token store failed: {exc}"))
+                _emit(bridge.token, TokenState(False, "", False, f"The token store failed: {exc}"))
                 return
             if action is not None:
                 try:
@@ -503,7 +503,7 @@ class PreferencesDialog(QDialog):
             except Exception:
                 saved = False
             env = bool(os.environ.get("HF_TOKEN"))
-            _emit(signal, TokenState(saved, store.where, env, error))
+            _emit(bridge.token, TokenState(saved, store.where, env, error))
 
         _jobs.submit(job)
 
@@ -542,7 +542,7 @@ class PreferencesDialog(QDialog):
         if usage is None:
             self.usage_label.setText("Not measured")
             return
-        signal = self._bridge.usage
+        bridge = self._bridge  # held by the job: see devices_plan.PlanLabel.show_plan
 
         def job() -> None:
             try:
@@ -550,7 +550,7 @@ class PreferencesDialog(QDialog):
             except Exception as exc:
                 log.info("state cache usage: %s", exc)
                 value = None
-            _emit(signal, value)
+            _emit(bridge.usage, value)
 
         _jobs.submit(job)
 
