@@ -15,8 +15,12 @@ import pytest
 
 from app.engine import Engine, SamplingParams
 from app.engine.speculative import (
+    FIRST_PAUSE_STEPS,
+    MISSES_BEFORE_PAUSE,
+    NgramDrafter,
     SpecMode,
     SpecSettings,
+    SpecState,
 )
 from tests.support.arch_models import ARCHITECTURES
 from tests.support.settings import small_settings
@@ -106,3 +110,132 @@ def test_ngram_greedy_identity(arch_engine: Engine) -> None:
     plain, _, _, _ = _reply(arch_engine, None)
     spec, _, _, _ = _reply(arch_engine, NGRAM)
     assert spec == plain
+
+
+class WrongDrafter:
+    """Always guesses, always wrong: the first token of every guess is not what greedy
+    takes (it knows the reference reply)."""
+
+    def __init__(self, n_prompt: int, reference: list[int], n_vocab: int) -> None:
+        self.n_prompt, self.reference, self.n_vocab = n_prompt, reference, n_vocab
+        self.calls = 0
+
+    def draft(self, history: Sequence[int], n_max: int) -> list[int]:
+        self.calls += 1
+        done = len(history) - self.n_prompt
+        if done >= len(self.reference):
+            return []
+        return [(self.reference[done] + 1) % self.n_vocab] * n_max
+
+
+def test_a_sequence_whose_guesses_fail_pauses_and_tries_again() -> None:
+    state = SpecState(SpecSettings(SpecMode.NGRAM, draft_max=8))
+    history = [1, 2, 3, 1, 2, 3, 1, 2]  # prompt lookup always finds "3 1 2 ..." here
+    pauses = []
+    for _round in range(2):
+        for _miss in range(MISSES_BEFORE_PAUSE):
+            assert state.propose(history, 8)
+            state.record(4, 0)
+        steps = 0
+        while not state.propose(history, 8):
+            steps += 1
+        pauses.append(steps)
+    assert pauses == [FIRST_PAUSE_STEPS, 2 * FIRST_PAUSE_STEPS]  # the pause doubles
+    state.record(3, 3)  # a hit: the next pause is short again
+    assert state.next_pause == FIRST_PAUSE_STEPS
+    assert state.drafted == 2 * MISSES_BEFORE_PAUSE * 4 + 3 and state.accepted == 3
+
+
+def test_failing_guesses_stop_in_the_engine(tiny_model: Path) -> None:
+    params = SamplingParams(temperature=0, max_tokens=40)
+    with _open(tiny_model) as engine:
+        key = engine.open_sequence()
+        engine.set_prompt(key, PROMPT)
+        plain = engine.complete(key, params).tokens
+        engine.clear_sequence(key)
+        engine.set_speculative(key, NGRAM)
+        n_prompt = engine.set_prompt(key, PROMPT)
+        engine.start(key, params)
+        state = engine._seqs[key].spec
+        assert state is not None
+        drafter = state.drafter = WrongDrafter(n_prompt, plain, engine.model_info.n_vocab)
+        done = engine.run_until_done(key)
+        assert done.tokens == plain and done.n_accepted == 0
+        # 40 steps: 3 misses, a pause of 16 steps, 3 misses, a pause of 32 (to the end)
+        assert drafter.calls == 2 * MISSES_BEFORE_PAUSE
+        assert state.n_pauses == 2
+
+
+def test_sampled_replies_draw_the_same_tokens(tiny_model: Path) -> None:
+    """The acceptance rule is the sampler's own draw per row: with the same seed, a reply
+    with guesses kept and rejected is the reply without guesses, token for token."""
+    params = SamplingParams(temperature=0.9, top_k=40, seed=7, max_tokens=40)
+    with _open(tiny_model) as engine:
+        key = engine.open_sequence()
+        engine.set_prompt(key, PROMPT)
+        plain = engine.complete(key, params).tokens
+        engine.clear_sequence(key)
+        engine.set_speculative(key, NGRAM)
+        n_prompt = engine.set_prompt(key, PROMPT)
+        engine.start(key, params)
+        state = engine._seqs[key].spec
+        assert state is not None
+        state.drafter = ScriptedDrafter(n_prompt, plain, engine.model_info.n_vocab)
+        done = engine.run_until_done(key)
+        assert done.tokens == plain
+        assert 0 < done.n_accepted < done.n_drafted
+
+
+def test_ngram_drafter_proposes_what_followed_the_latest_match() -> None:
+    drafter = NgramDrafter()
+    history = [5, 6, 7, 8, 9, 1, 2, 5, 6, 7]
+    assert drafter.draft(history, 3) == [8, 9, 1]
+    assert drafter.draft([*history, 4], 3) == []  # "6 7 4" and "7 4" never occurred
+    history = [*history, 8, 9, 3, 6, 7]  # now "6 7" last continued with 8 9 3
+    assert drafter.draft(history, 5) == [8, 9, 3, 6, 7]
+    assert drafter.draft([1, 2, 1], 4) == []  # the index is rebuilt for another history
+
+
+def test_settings_refuse_bad_values() -> None:
+    with pytest.raises(ValueError, match="between 1 and 64"):
+        SpecSettings(SpecMode.NGRAM, draft_max=0)
+    with pytest.raises(ValueError, match="must be one of off, ngram, draft"):
+        SpecSettings.of("lookahead")
+    assert SpecSettings.of("ngram", 5).to_dict() == {"mode": "ngram", "draft_max": 5}
+
+
+CODE = '''def parse_config(path):
+    """Read the configuration file and return a dictionary of settings."""
+    settings = {}
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, _, value = line.partition("=")
+            settings[key.strip()] = value.strip()
+    return setings
+'''
+
+
+def test_real_model_editing_reply_is_the_same_with_prompt_lookup(smollm2: Path) -> None:
+    """SmolLM2 repeating code back: the same greedy reply with and without guesses, most
+    guesses kept. Where trained weights make the wider verify decode flip a near tie
+    (DESIGN.md section 7), the replies may part: then the guessed reply's every token must
+    be within tests/real/logit_check.py's tolerance of the best in a solo run."""
+    from tests.real.logit_check import TOLERANCE, greedy_gaps, solo_engine
+
+    messages = [{"role": "user", "content": "Copy this code:\n\n```python\n" + CODE + "```"}]
+    params = SamplingParams(temperature=0, max_tokens=96)
+    settings = small_settings(n_ctx=2048, n_batch=128, n_ubatch=128, n_seq_max=2)
+    with Engine.open(smollm2, settings) as engine:
+        plain = engine.chat(messages, params)
+        engine.speculative = NGRAM
+        spec = engine.chat(messages, params)
+    # The 135M model copies the first 40 tokens or so, then wanders (measured: 35 of 112
+    # reply tokens were kept guesses).
+    assert spec.n_accepted > 0.2 * len(spec.tokens)
+    if spec.tokens != plain.tokens:
+        with solo_engine(smollm2) as solo:
+            gaps = greedy_gaps(solo, messages, spec.tokens, spec.finish_reason == "eog")
+        assert max(gaps) <= TOLERANCE
