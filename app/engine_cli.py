@@ -38,6 +38,7 @@ T = TypeVar("T")
 
 # The schema fields each command takes as flags (names, help and ranges from the schema).
 RUN_SAMPLING = tuple(s for s in SAMPLING_FIELDS.values() if s.cli is not None)
+BENCH_SPEC = tuple(SAMPLING_FIELDS[name] for name in ("speculative", "draft_max"))
 RUN_CONTEXT = tuple(CONTEXT_FIELDS[name] for name in ("n_ctx", "n_batch", "n_threads"))
 BENCH_CONTEXT = (CONTEXT_FIELDS["n_threads"],)
 RUN_MODEL = (MODEL_FIELDS["chat_template"],)  # run and serve: --chat-template NAME|FILE
@@ -224,6 +225,7 @@ def register(sub: Any) -> None:
         help="tokens in the save/restore test (default 2000)",
     )
     add_schema_args(p, BENCH_CONTEXT)
+    add_schema_args(p.add_argument_group("speculative decoding"), BENCH_SPEC)
     add_device_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_bench)
@@ -564,6 +566,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         "gen_ms": round(max(c.gen_ms for c in completions), 2),
         "gen_tokens_per_s": round(n_gen / max(1e-9, max(c.gen_ms for c in completions) / 1000), 2),
     }
+    # Speculative decoding (--spec): the tokens guessed and verified, and those kept.
+    speculative = {
+        "mode": params.speculative,
+        "draft_max": params.draft_max,
+        "drafted": sum(c.n_drafted for c in completions),
+        "accepted": sum(c.n_accepted for c in completions),
+    }
     if args.json:
         results = [
             {
@@ -598,6 +607,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "chat_template_reason": choice.reason if choice else None,
                     "results": results,
                     "timings": timings,
+                    "speculative": speculative,
                     "devices": where.to_dicts() if where is not None else [],
                     "plan": where.plan.describe() if where is not None else "",
                 },
@@ -646,6 +656,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         threads=args.threads,
         model_settings=per_model,
         on_step=beat,
+        **schema_values(args, BENCH_SPEC),
     )
     if args.json:
         print(json.dumps(result))

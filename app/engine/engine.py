@@ -58,7 +58,6 @@ from app.engine.scheduler import Scheduler
 from app.engine.sequence import Message, Phase, Sequence, SequenceInfo, require_idle
 from app.engine.settings import ContextSettings, ModelSettings, SamplingParams, SettingsError
 from app.engine.snapshots import Snapshots
-from app.engine.speculative import SpecSettings
 from app.engine.speculative import supported as speculative_supported
 from app.engine.tool_calls.request import ToolRequest, tool_turn
 from app.fsutil import atomic_write_bytes
@@ -207,23 +206,10 @@ class Engine:
         if mode is not None:
             self._scheduler.batching = batching.pinned(mode)
 
-    @property
-    def speculative(self) -> SpecSettings:
-        """Speculative decoding for sequences without a choice of their own (from the next
-        reply on; off by default). Recurrent and hybrid caches never guess
-        (:func:`app.engine.speculative.supported`)."""
-        return self._scheduler.speculative
-
-    @speculative.setter
-    def speculative(self, settings: SpecSettings) -> None:
-        self._scheduler.speculative = settings
-
-    def set_speculative(self, key: int, settings: SpecSettings | None) -> None:
-        """This sequence's speculative decoding from its next reply (None: the engine's)."""
-        self._seq(key).spec_settings = settings
-
     def speculation_supported(self) -> bool:
-        """Whether this context's cache can drop rejected guesses (its family)."""
+        """Whether this context's cache can drop rejected guesses (its family): where it
+        cannot, a reply asking for speculative decoding (``SamplingParams.speculative``)
+        generates without guesses."""
         return speculative_supported(self._h.traits)
 
     def close(self) -> None:

@@ -69,8 +69,6 @@ class Scheduler:
         self._rotation = 0
         #: One batched decode or tabs in turn (app.engine.batching; set per context).
         self.batching = BatchingChoice(BatchMode.BATCHED, "Not measured yet.")
-        #: Speculative decoding for sequences without a choice of their own.
-        self.speculative = SpecSettings()
         self._drafts: dict[int, list[int]] = {}  # this step's guesses by sequence key
 
     # ------------------------------------------------------------ taking work
@@ -108,7 +106,7 @@ class Scheduler:
         seq.reply = ReplyStream(
             seq.key, seq.completion, stops, seq.reasoning_format, seq.opens_reasoning, tools
         )
-        spec = seq.spec_settings or self.speculative
+        spec = SpecSettings.of(params.speculative, params.draft_max)
         on = spec.mode is not SpecMode.OFF and supported(self._h.traits)
         seq.spec = SpecState(spec) if on else None
         seq.begin_generation()

@@ -8,6 +8,7 @@ every test sees kept guesses, rejected ones and a cache cut back after them.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from tests.support.arch_models import ARCHITECTURES
 from tests.support.settings import small_settings
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24)
-NGRAM = SpecSettings(SpecMode.NGRAM, draft_max=6)
+NGRAM = SamplingParams(temperature=0, max_tokens=24, speculative="ngram", draft_max=6)
 PROMPT = "one two three four five six seven eight nine ten one two three four five six"
 
 
@@ -60,16 +61,15 @@ def arch_engine(request: pytest.FixtureRequest, family_models: dict[str, Path]) 
 
 
 def _reply(
-    engine: Engine, spec: SpecSettings | None, scripted: list[int] | None = None
+    engine: Engine, params: SamplingParams, scripted: list[int] | None = None
 ) -> tuple[list[int], int, int, np.ndarray]:
     """(reply tokens, drafted, accepted, next logits) of a fresh sequence on PROMPT; checks
     that the cache holds exactly the prompt and the reply (but its queued last token)."""
     key = engine.open_sequence()
     try:
-        engine.set_speculative(key, spec)
         n_prompt = engine.set_prompt(key, PROMPT)
         prompt = engine.pending_tokens(key)
-        engine.start(key, GREEDY)
+        engine.start(key, params)
         state = engine._seqs[key].spec
         if scripted is not None and state is not None:
             state.drafter = ScriptedDrafter(n_prompt, scripted, engine.model_info.n_vocab)
@@ -91,7 +91,7 @@ def _reply(
 
 
 def test_greedy_identity_and_cache_after_rejected_guesses(arch_engine: Engine) -> None:
-    plain, drafted0, _, logits0 = _reply(arch_engine, None)
+    plain, drafted0, _, logits0 = _reply(arch_engine, GREEDY)
     assert drafted0 == 0
     spec, drafted, accepted, logits = _reply(arch_engine, NGRAM, scripted=plain)
     assert spec == plain
@@ -107,7 +107,7 @@ def test_greedy_identity_and_cache_after_rejected_guesses(arch_engine: Engine) -
 
 
 def test_ngram_greedy_identity(arch_engine: Engine) -> None:
-    plain, _, _, _ = _reply(arch_engine, None)
+    plain, _, _, _ = _reply(arch_engine, GREEDY)
     spec, _, _, _ = _reply(arch_engine, NGRAM)
     assert spec == plain
 
@@ -153,9 +153,8 @@ def test_failing_guesses_stop_in_the_engine(tiny_model: Path) -> None:
         engine.set_prompt(key, PROMPT)
         plain = engine.complete(key, params).tokens
         engine.clear_sequence(key)
-        engine.set_speculative(key, NGRAM)
         n_prompt = engine.set_prompt(key, PROMPT)
-        engine.start(key, params)
+        engine.start(key, replace(params, speculative="ngram"))
         state = engine._seqs[key].spec
         assert state is not None
         drafter = state.drafter = WrongDrafter(n_prompt, plain, engine.model_info.n_vocab)
@@ -175,9 +174,8 @@ def test_sampled_replies_draw_the_same_tokens(tiny_model: Path) -> None:
         engine.set_prompt(key, PROMPT)
         plain = engine.complete(key, params).tokens
         engine.clear_sequence(key)
-        engine.set_speculative(key, NGRAM)
         n_prompt = engine.set_prompt(key, PROMPT)
-        engine.start(key, params)
+        engine.start(key, replace(params, speculative="ngram"))
         state = engine._seqs[key].spec
         assert state is not None
         state.drafter = ScriptedDrafter(n_prompt, plain, engine.model_info.n_vocab)
@@ -230,8 +228,7 @@ def test_real_model_editing_reply_is_the_same_with_prompt_lookup(smollm2: Path) 
     settings = small_settings(n_ctx=2048, n_batch=128, n_ubatch=128, n_seq_max=2)
     with Engine.open(smollm2, settings) as engine:
         plain = engine.chat(messages, params)
-        engine.speculative = NGRAM
-        spec = engine.chat(messages, params)
+        spec = engine.chat(messages, replace(params, speculative="ngram"))
     # The 135M model copies the first 40 tokens or so, then wanders (measured: 35 of 112
     # reply tokens were kept guesses).
     assert spec.n_accepted > 0.2 * len(spec.tokens)
