@@ -199,12 +199,15 @@ def _sampling(body: dict[str, Any], param_names: dict[str, str]) -> tuple[Sampli
     values["grammar"] = _grammar(body)
     kind = body.get("speculative.type")
     if kind is not None:  # llama-server's names: none, draft, ngram-simple, ngram-map-k, ...
-        if not isinstance(kind, str) or not (kind in ("none", "draft") or kind.startswith("ngram")):
+        if not isinstance(kind, str) or not kind.startswith(("none", "draft", "ngram")):
             raise bad_request(
-                "'speculative.type' must be none, draft or an n-gram kind (ngram-simple...).",
+                "'speculative.type' must be none, a draft kind or an n-gram kind "
+                "(ngram-simple...).",
                 "speculative.type",
             )
-        values["speculative"] = {"none": "off", "draft": "draft"}.get(kind, "ngram")
+        values["speculative"] = (
+            "off" if kind == "none" else "draft" if kind.startswith("draft") else "ngram"
+        )
     if values.get("speculative") == "draft":
         raise bad_request(
             "Speculation with a draft model is not available yet; use ngram.", "speculative"
