@@ -286,6 +286,12 @@ class Scheduler:
     def _after_decode(self, spans: list[Span], elapsed_ms: float, events: list[Event]) -> None:
         ctx = self._h.need_ctx()
         now = time.perf_counter()
+        if all(seq.phase is Phase.GENERATING for seq, _, _ in spans):
+            # What guesses cost: steps of generated tokens alone (a prompt chunk would
+            # swamp the figure).
+            for seq, _, _ in spans:
+                if seq.spec is not None:
+                    seq.spec.timed(elapsed_ms, len(self._drafts.get(seq.key, ())))
         for seq, chunk, index in spans:
             drafts = self._drafts.get(seq.key)
             if drafts is not None and index is not None:

@@ -47,6 +47,17 @@ NGRAM_MIN: Final = 2
 MISSES_BEFORE_PAUSE: Final = 3
 FIRST_PAUSE_STEPS: Final = 16
 MAX_PAUSE_STEPS: Final = 256
+# A guess must promise this many times the tokens per second of a step without one. On a
+# CPU a decode's cost grows almost linearly with its tokens (measured here on SmolLM2 Q4_1,
+# one thread: 1 token 22 ms, 2: 31, 9: 119, 16: 197 ms; at 1,700 tokens of context 61, 107,
+# 425, 744 ms), so a guess pays only where nearly all of it is kept.
+MIN_GAIN: Final = 1.05
+# Before any measurement: the extra cost of one guessed token, as a fraction of a step, and
+# the chance that a guessed token is kept (prior counts, decayed as guesses are verified).
+PRIOR_EXTRA_COST: Final = 0.3
+PRIOR_KEPT, PRIOR_LOST = 3.0, 1.0
+DECAY: Final = 0.9  # per verified guess: recent guesses count most
+EMA: Final = 0.3  # weight of a new timing
 
 
 class SpecMode(enum.Enum):
@@ -143,46 +154,109 @@ class NgramDrafter:
         return []
 
 
+def expected_tokens(kept: float, k: int) -> float:
+    """Tokens a step yields with a guess of ``k`` when each guessed token is kept with
+    probability ``kept`` until the first loss (the draw after the kept ones included)."""
+    if kept >= 1.0:
+        return float(k + 1)
+    return (1.0 - kept ** (k + 1)) / (1.0 - kept)
+
+
+def best_length(kept: float, extra_cost: float, n_max: int) -> tuple[int, float]:
+    """The guess length with the most tokens per unit of step time, and that gain over a
+    step without a guess (a step with ``k`` guessed tokens costs ``1 + extra_cost * k``)."""
+    best, gain = 0, 1.0
+    for k in range(1, n_max + 1):
+        g = expected_tokens(kept, k) / (1.0 + extra_cost * k)
+        if g > gain:
+            best, gain = k, g
+    return best, gain
+
+
 @dataclass
 class SpecState:
-    """One sequence's speculation for a turn: its drafter, counts and adaptivity."""
+    """One sequence's speculation for a turn: its drafter, counts and adaptivity.
+
+    It guesses only where the guesses measured so far promise more tokens per second: the
+    chance a guessed token is kept (decayed counts of kept and lost tokens) and the extra
+    time a guessed token adds to a step (the step times with and without guesses) give the
+    best length (:func:`best_length`). Where none pays, or guesses keep failing, it pauses,
+    longer each time, and then tries again (what it learned may no longer hold)."""
 
     settings: SpecSettings
     drafter: Drafter = field(default_factory=NgramDrafter)
     drafted: int = 0  # guesses verified this turn
     accepted: int = 0  # ... of which kept
-    length: int = 0  # the next guess's length at most (adapts between 1 and draft_max)
     misses: int = 0  # verified guesses in a row with nothing kept
     pause: int = 0  # steps left without guessing
     next_pause: int = FIRST_PAUSE_STEPS
     n_pauses: int = 0  # how often it stopped guessing this turn
+    kept_w: float = PRIOR_KEPT  # decayed count of guessed tokens kept
+    lost_w: float = PRIOR_LOST  # decayed count of guesses that ended in a loss
+    plain_ms: float = 0.0  # a step without guesses (0: not measured yet)
+    extra_ms: float = -1.0  # what one guessed token adds to a step (-1: not measured yet)
+    adaptive: bool = True  # False: always the longest guess that fits (tests of the verify)
 
-    def __post_init__(self) -> None:
-        self.length = self.settings.draft_max
+    @property
+    def kept_rate(self) -> float:
+        return self.kept_w / (self.kept_w + self.lost_w)
+
+    @property
+    def extra_cost(self) -> float:
+        if self.extra_ms < 0 or self.plain_ms <= 0:
+            return PRIOR_EXTRA_COST
+        return max(0.0, self.extra_ms / self.plain_ms)
+
+    def length(self, n_room: int) -> int:
+        """The guess length that pays now (0: none)."""
+        k, gain = best_length(self.kept_rate, self.extra_cost, min(n_room, self.settings.draft_max))
+        return k if gain >= MIN_GAIN else 0
 
     def propose(self, history: Sequence[int], n_room: int) -> list[int]:
-        """This step's guesses (none while paused or without room)."""
+        """This step's guesses (none while paused, without room, or where none pays)."""
+        if not self.adaptive:
+            return self.drafter.draft(history, min(n_room, self.settings.draft_max))
         if self.pause > 0:
             self.pause -= 1
             return []
-        return self.drafter.draft(history, min(self.length, n_room))
+        if self.plain_ms <= 0:
+            return []  # one step without guesses first: the measure of what they cost
+        k = self.length(n_room)
+        if k == 0:
+            if n_room > 0:
+                self._pause()
+            return []
+        return self.drafter.draft(history, k)
+
+    def timed(self, step_ms: float, drafted: int) -> None:
+        """A step's decode time, with ``drafted`` guessed tokens of this sequence in it."""
+        if drafted == 0:
+            self.plain_ms = step_ms if self.plain_ms <= 0 else _ema(self.plain_ms, step_ms)
+        elif self.plain_ms > 0:
+            extra = max(0.0, step_ms - self.plain_ms) / drafted
+            self.extra_ms = extra if self.extra_ms < 0 else _ema(self.extra_ms, extra)
 
     def record(self, drafted: int, accepted: int) -> None:
         """A verified guess: ``accepted`` of its ``drafted`` tokens were kept."""
         self.drafted += drafted
         self.accepted += accepted
+        self.kept_w = self.kept_w * DECAY + accepted
+        self.lost_w = self.lost_w * DECAY + (1 if accepted < drafted else 0)
         if accepted == 0:
             self.misses += 1
-            self.length = max(1, self.length // 2)
-            if self.misses >= MISSES_BEFORE_PAUSE:
-                self.pause, self.misses = self.next_pause, 0
-                self.next_pause = min(MAX_PAUSE_STEPS, self.next_pause * 2)
-                self.n_pauses += 1
-                self.length = self.settings.draft_max  # a fresh start after the pause
+            if self.misses >= MISSES_BEFORE_PAUSE and self.adaptive:
+                self._pause()
             return
         self.misses = 0
         self.next_pause = FIRST_PAUSE_STEPS
-        if accepted == drafted:
-            self.length = min(self.settings.draft_max, self.length * 2)
-        else:
-            self.length = max(1, accepted + 1)
+
+    def _pause(self) -> None:
+        self.pause, self.misses = self.next_pause, 0
+        self.next_pause = min(MAX_PAUSE_STEPS, self.next_pause * 2)
+        self.n_pauses += 1
+        # After the pause, a fresh look: the prior chance that guesses are kept again.
+        self.kept_w, self.lost_w = PRIOR_KEPT, PRIOR_LOST
+
+
+def _ema(old: float, new: float) -> float:
+    return old + EMA * (new - old)
