@@ -114,6 +114,7 @@ def ours(
             "drafted": sum(c.n_drafted for c in done),
             "accepted": sum(c.n_accepted for c in done),
             "tokens": done[0].tokens,
+            "reply_start": done[0].text[:160],
         }
     finally:
         for key in keys:

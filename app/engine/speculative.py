@@ -56,6 +56,7 @@ MIN_GAIN: Final = 1.05
 # the chance that a guessed token is kept (prior counts, decayed as guesses are verified).
 PRIOR_EXTRA_COST: Final = 0.3
 PRIOR_KEPT, PRIOR_LOST = 3.0, 1.0
+PROBE_LENGTH: Final = 4  # a guess made to learn whether guesses are kept (SpecState.probe)
 DECAY: Final = 0.9  # per verified guess: recent guesses count most
 EMA: Final = 0.3  # weight of a new timing
 
@@ -196,6 +197,7 @@ class SpecState:
     plain_ms: float = 0.0  # a step without guesses (0: not measured yet)
     extra_ms: float = -1.0  # what one guessed token adds to a step (-1: not measured yet)
     adaptive: bool = True  # False: always the longest guess that fits (tests of the verify)
+    probe: bool = True  # the next guess is a probe: made whatever the costs say
 
     @property
     def kept_rate(self) -> float:
@@ -222,11 +224,18 @@ class SpecState:
         if self.plain_ms <= 0:
             return []  # one step without guesses first: the measure of what they cost
         k = self.length(n_room)
+        if self.probe and n_room > 0:
+            # What is kept is only learned by guessing: after a start or a pause, one guess
+            # of the default length, so a reply that starts to copy is noticed.
+            k = max(k, min(n_room, self.settings.draft_max, PROBE_LENGTH))
         if k == 0:
             if n_room > 0:
                 self._pause()
             return []
-        return self.drafter.draft(history, k)
+        guess = self.drafter.draft(history, k)
+        if guess:
+            self.probe = False
+        return guess
 
     def timed(self, step_ms: float, drafted: int) -> None:
         """A step's decode time, with ``drafted`` guessed tokens of this sequence in it."""
@@ -254,6 +263,7 @@ class SpecState:
         self.pause, self.misses = self.next_pause, 0
         self.next_pause = min(MAX_PAUSE_STEPS, self.next_pause * 2)
         self.n_pauses += 1
+        self.probe = True
         # After the pause, a fresh look: the prior chance that guesses are kept again.
         self.kept_w, self.lost_w = PRIOR_KEPT, PRIOR_LOST
 

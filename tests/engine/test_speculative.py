@@ -162,9 +162,11 @@ def test_guesses_are_as_long_as_they_pay() -> None:
     state.timed(20.0, 0)
     state.timed(50.0, 2)  # two guessed tokens added 30 ms: 0.75 of a step each
     assert state.extra_cost == 0.75
+    assert len(state.propose([1, 2, 3, 1, 2], 8)) == 3  # the first guess is a probe
     for _ in range(6):
         state.record(4, 1)  # a quarter kept
-    assert state.propose([1, 2, 1, 2], 8) == [] and state.pause == FIRST_PAUSE_STEPS
+    assert state.propose([1, 2, 3, 1, 2], 8) == [] and state.pause == FIRST_PAUSE_STEPS
+    assert state.probe  # after the pause, one probe again
 
 
 def test_failing_guesses_stop_in_the_engine(tiny_model: Path) -> None:
