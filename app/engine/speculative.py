@@ -257,7 +257,10 @@ class SpecState:
                 self._pause()
             return
         self.misses = 0
-        self.next_pause = FIRST_PAUSE_STEPS
+        if self.length(self.settings.draft_max) > 0:
+            # Guessing pays again: a later pause starts short. (A kept probe alone does
+            # not reset it: where no guess pays, probes grow rarer.)
+            self.next_pause = FIRST_PAUSE_STEPS
 
     def _pause(self) -> None:
         self.pause, self.misses = self.next_pause, 0

@@ -167,6 +167,10 @@ def test_guesses_are_as_long_as_they_pay() -> None:
         state.record(4, 1)  # a quarter kept
     assert state.propose([1, 2, 3, 1, 2], 8) == [] and state.pause == FIRST_PAUSE_STEPS
     assert state.probe  # after the pause, one probe again
+    state.pause = 0
+    assert state.propose([1, 2, 3, 1, 2], 8)
+    state.record(3, 2)  # most of it kept, but at this cost no guess pays: probes grow rarer
+    assert state.next_pause == 2 * FIRST_PAUSE_STEPS
 
 
 def test_failing_guesses_stop_in_the_engine(tiny_model: Path) -> None:
