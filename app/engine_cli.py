@@ -38,9 +38,9 @@ T = TypeVar("T")
 
 # The schema fields each command takes as flags (names, help and ranges from the schema).
 RUN_SAMPLING = tuple(s for s in SAMPLING_FIELDS.values() if s.cli is not None)
-BENCH_SPEC = tuple(SAMPLING_FIELDS[name] for name in ("speculative", "draft_max"))
 RUN_CONTEXT = tuple(CONTEXT_FIELDS[name] for name in ("n_ctx", "n_batch", "n_threads"))
 BENCH_CONTEXT = (CONTEXT_FIELDS["n_threads"],)
+BENCH_SPEC = (SAMPLING_FIELDS["speculative"], SAMPLING_FIELDS["draft_max"])
 RUN_MODEL = (MODEL_FIELDS["chat_template"],)  # run and serve: --chat-template NAME|FILE
 RUN_DEVICES = tuple(s for s in DEVICE_FIELDS.values() if s.cli is not None)
 
@@ -224,8 +224,7 @@ def register(sub: Any) -> None:
         metavar="T",
         help="tokens in the save/restore test (default 2000)",
     )
-    add_schema_args(p, BENCH_CONTEXT)
-    add_schema_args(p.add_argument_group("speculative decoding"), BENCH_SPEC)
+    add_schema_args(p, BENCH_CONTEXT + BENCH_SPEC)
     add_device_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_bench)
@@ -430,6 +429,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from app import crash_supervisor, rpc_supervisor
     from app.engine.chat_template import ChatTemplate, ReasoningEffort, ReasoningOptions
     from app.engine.reasoning import Channel
+    from app.engine.speculative import summary
     from app.offload_loader import OffloadLoader
     from app.session import ChatMessage, RestoreOutcome, Session, TurnId, TurnResult
     from app.session import events as ev
@@ -566,13 +566,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         "gen_ms": round(max(c.gen_ms for c in completions), 2),
         "gen_tokens_per_s": round(n_gen / max(1e-9, max(c.gen_ms for c in completions) / 1000), 2),
     }
-    # Speculative decoding (--spec): the tokens guessed and verified, and those kept.
-    speculative = {
-        "mode": params.speculative,
-        "draft_max": params.draft_max,
-        "drafted": sum(c.n_drafted for c in completions),
-        "accepted": sum(c.n_accepted for c in completions),
-    }
     if args.json:
         results = [
             {
@@ -607,7 +600,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "chat_template_reason": choice.reason if choice else None,
                     "results": results,
                     "timings": timings,
-                    "speculative": speculative,
+                    "speculative": summary(params, completions),
                     "devices": where.to_dicts() if where is not None else [],
                     "plan": where.plan.describe() if where is not None else "",
                 },

@@ -58,7 +58,6 @@ from app.engine.scheduler import Scheduler
 from app.engine.sequence import Message, Phase, Sequence, SequenceInfo, require_idle
 from app.engine.settings import ContextSettings, ModelSettings, SamplingParams, SettingsError
 from app.engine.snapshots import Snapshots
-from app.engine.speculative import supported as speculative_supported
 from app.engine.tool_calls.request import ToolRequest, tool_turn
 from app.fsutil import atomic_write_bytes
 
@@ -205,12 +204,6 @@ class Engine:
         self._batching_pin = mode
         if mode is not None:
             self._scheduler.batching = batching.pinned(mode)
-
-    def speculation_supported(self) -> bool:
-        """Whether this context's cache can drop rejected guesses (its family): where it
-        cannot, a reply asking for speculative decoding (``SamplingParams.speculative``)
-        generates without guesses."""
-        return speculative_supported(self._h.traits)
 
     def close(self) -> None:
         """Free the context before the model (the context points into it)."""

@@ -31,11 +31,12 @@ before every guessing step and a restore plus a re-decode after each reject.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from app.engine.cache import CacheTraits
+from app.engine.settings import SamplingParams
 
 DEFAULT_DRAFT_MAX: Final = 8
 MAX_DRAFT: Final = 64
@@ -100,6 +101,28 @@ class SpecSettings:
 
     def to_dict(self) -> dict[str, object]:
         return {"mode": self.mode.value, "draft_max": self.draft_max}
+
+
+class Counted(Protocol):
+    """A reply's guess counts (the engine's Completion, the session's TurnResult)."""
+
+    @property
+    def n_drafted(self) -> int: ...
+
+    @property
+    def n_accepted(self) -> int: ...
+
+
+def summary(params: SamplingParams, replies: Iterable[Counted]) -> dict[str, object]:
+    """``run --json``'s ``speculative``: the choice, and the tokens guessed and verified and
+    those kept over the replies."""
+    done = list(replies)
+    return {
+        "mode": params.speculative,
+        "draft_max": params.draft_max,
+        "drafted": sum(r.n_drafted for r in done),
+        "accepted": sum(r.n_accepted for r in done),
+    }
 
 
 def supported(traits: CacheTraits) -> bool:
