@@ -39,3 +39,15 @@ def test_bench_takes_the_spec_flags(tiny_model: Path) -> None:
     spec = json.loads(result.stdout)["speculative"]
     assert spec["mode"] == "ngram" and spec["draft_max"] == 4
     assert 0 <= spec["accepted"] <= spec["drafted"]
+
+
+def test_a_conversation_keeps_its_choice() -> None:
+    """The per-conversation sampling (stored as the chat's ``sampling``) carries the mode and
+    the draft length to the reply's SamplingParams; a new chat starts with it off."""
+    from app.engine import SamplingParams
+    from app.storage.settings import SamplingDefaults
+
+    stored = SamplingDefaults(speculative="ngram", draft_max=4).to_dict()
+    params = SamplingParams.from_dict(json.loads(json.dumps(stored)))
+    assert (params.speculative, params.draft_max) == ("ngram", 4)
+    assert SamplingDefaults().to_dict()["speculative"] == "off"
