@@ -21,6 +21,7 @@ from app.settings_schema import (
 RUN_SAMPLING = tuple(s for s in SAMPLING_FIELDS.values() if s.cli is not None)
 RUN_CONTEXT = tuple(CONTEXT_FIELDS[name] for name in ("n_ctx", "n_batch", "n_threads"))
 BENCH_CONTEXT = (CONTEXT_FIELDS["n_threads"],)
+BENCH_SPEC = (SAMPLING_FIELDS["speculative"], SAMPLING_FIELDS["draft_max"])
 RUN_MODEL = (MODEL_FIELDS["chat_template"],)  # run and serve: --chat-template NAME|FILE
 RUN_DEVICES = tuple(s for s in DEVICE_FIELDS.values() if s.cli is not None)
 

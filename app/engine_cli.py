@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from app import mcp_run_cli, remote_cli
 from app.cli_flags import (
     BENCH_CONTEXT,
+    BENCH_SPEC,
     RUN_CONTEXT,
     RUN_DEVICES,
     RUN_MODEL,
@@ -169,7 +170,7 @@ def register(sub: Any) -> None:
         metavar="T",
         help="tokens in the save/restore test (default 2000)",
     )
-    add_schema_args(p, BENCH_CONTEXT)
+    add_schema_args(p, BENCH_CONTEXT + BENCH_SPEC)
     add_device_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_bench)
@@ -374,6 +375,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from app import crash_supervisor, rpc_supervisor
     from app.engine.chat_template import ChatTemplate, ReasoningEffort, ReasoningOptions
     from app.engine.reasoning import Channel
+    from app.engine.speculative import summary
     from app.offload_loader import OffloadLoader
     from app.session import ChatMessage, RestoreOutcome, Session, TurnId, TurnResult
     from app.session import events as ev
@@ -544,6 +546,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "chat_template_reason": choice.reason if choice else None,
                     "results": results,
                     "timings": timings,
+                    "speculative": summary(params, completions),
                     "devices": where.to_dicts() if where is not None else [],
                     "plan": where.plan.describe() if where is not None else "",
                 },
@@ -592,6 +595,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         threads=args.threads,
         model_settings=per_model,
         on_step=beat,
+        **schema_values(args, BENCH_SPEC),
     )
     if args.json:
         print(json.dumps(result))

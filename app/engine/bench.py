@@ -32,15 +32,22 @@ def run_bench(
     threads: int | None = None,
     model_settings: ModelSettings | None = None,
     on_step: Callable[[], None] | None = None,
+    speculative: str = "off",
+    draft_max: int = 8,
 ) -> dict[str, Any]:
     """``model_settings``: where the layers go (the device flags); ``on_step`` is called
-    after every decode step (``bench --rpc``'s heartbeat for its watchdog)."""
+    after every decode step (``bench --rpc``'s heartbeat for its watchdog); ``speculative``
+    and ``draft_max``: the generating tabs' speculative decoding (SamplingParams)."""
     n_ctx = max(n_state + 64, n_prompt + n_gen + 16) * max(1, tabs)
     settings = ContextSettings(n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_seq_max=max(2, tabs + 1))
     if threads:
         settings.n_threads = settings.n_threads_batch = threads
-    greedy = SamplingParams(temperature=0.0, max_tokens=n_gen)
+    greedy = SamplingParams(
+        temperature=0.0, max_tokens=n_gen, speculative=speculative, draft_max=draft_max
+    )
+    greedy.validate()
     result: dict[str, Any] = {"model": str(path)}
+    guessed = {"drafted": 0, "accepted": 0}
     beat = on_step or (lambda: None)
 
     def on_load(_fraction: float) -> bool:
@@ -84,11 +91,15 @@ def run_bench(
                 beat()
             elapsed = time.perf_counter() - t
             for k in keys:
+                done = engine._seqs[k].completion
+                guessed["drafted"] += done.n_drafted
+                guessed["accepted"] += done.n_accepted
                 engine.close_sequence(k)
             return produced / elapsed if elapsed > 0 else 0.0
 
         result["gen_tokens_per_s_1_tab"] = round(generate(1), 2)
         result[f"gen_tokens_per_s_{tabs}_tabs"] = round(generate(tabs), 2)
+        result["speculative"] = {"mode": speculative, "draft_max": draft_max, **guessed}
 
         long = _random_tokens(engine, n_state, seed=1)
         k = engine.open_sequence()

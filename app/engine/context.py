@@ -93,6 +93,13 @@ class Batch:
         self.n = end
         return end - 1
 
+    def add_rows(self, tokens: list[int], start_pos: int, seq_id: int) -> int:
+        """Append tokens with a logits row for each (a guess to verify); returns the batch
+        index of the first."""
+        last = self.add_span(tokens, start_pos, seq_id, True)
+        self._logits[last - len(tokens) + 1 : last + 1] = 1
+        return last - len(tokens) + 1
+
     def mark_all_outputs(self) -> None:
         """Request output for every token (encoders and pooled embeddings need them all)."""
         self._logits[: self.n] = 1

@@ -30,6 +30,9 @@ class Completion:
     n_reply_tokens: int | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)  # the reply's calls, parsed
     tool_errors: list[str] = field(default_factory=list)  # calls that broke or do not fit
+    # Speculative decoding (app.engine.speculative): guesses verified, and kept, this turn.
+    n_drafted: int = 0
+    n_accepted: int = 0
 
     @property
     def stream_ms(self) -> float:

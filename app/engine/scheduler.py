@@ -8,6 +8,10 @@ span. Then one ``llama_decode``, and per sequence: bookkeeping, checkpoints, sam
 decode is resynchronised from ``seq_pos_max``; "no memory slot" evicts an idle sequence,
 halves the prompt part, or shifts the largest sequence, and tries again.
 
+A generating sequence with speculation on (:mod:`app.engine.speculative`) adds its guesses
+after its sampled token, with a logits row for each; after the decode its sampler keeps the
+longest prefix it agrees with and the cache is cut back past the rest.
+
 Where one batch measured slower than the tabs' tokens one by one (:mod:`app.engine.batching`,
 once per context), a step takes one generating tab's token, the tabs in rotation.
 """
@@ -28,6 +32,7 @@ from app.engine.sampling import Sampler
 from app.engine.sequence import Phase, ReadyLogits, Sequence
 from app.engine.settings import SamplingParams
 from app.engine.snapshots import Snapshots
+from app.engine.speculative import SpecMode, SpecSettings, SpecState, supported
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +69,7 @@ class Scheduler:
         self._rotation = 0
         #: One batched decode or tabs in turn (app.engine.batching; set per context).
         self.batching = BatchingChoice(BatchMode.BATCHED, "Not measured yet.")
+        self._drafts: dict[int, list[int]] = {}  # this step's guesses by sequence key
 
     # ------------------------------------------------------------ taking work
 
@@ -100,6 +106,9 @@ class Scheduler:
         seq.reply = ReplyStream(
             seq.key, seq.completion, stops, seq.reasoning_format, seq.opens_reasoning, tools
         )
+        spec = SpecSettings.of(params.speculative, params.draft_max)
+        on = spec.mode is not SpecMode.OFF and supported(self._h.traits)
+        seq.spec = SpecState(spec) if on else None
         seq.begin_generation()
         seq.prompt_total, seq.prompt_done = len(seq.pending), 0
         self._h.table.touch(seq)
@@ -202,6 +211,7 @@ class Scheduler:
         h = self._h
         batch = h.need_ctx().batch
         batch.clear()
+        self._drafts.clear()
         spans: list[Span] = []
         resident = [
             s
@@ -246,14 +256,47 @@ class Scheduler:
             # regenerate, starts from them.
             want_logits = mark == n_held + len(chunk) or len(chunk) == len(seq.pending)
             assert seq.seq_id is not None
+            # No guesses while the cache is short of room (they go first then), nor where a
+            # checkpoint is due.
+            guess = is_generating and mark is None and prompt_cap is None
+            drafts = self._guess(seq, batch.free - len(chunk)) if guess else []
+            if drafts:
+                self._drafts[seq.key] = drafts
+                index = batch.add_rows(chunk + drafts, n_held, seq.seq_id)
+                spans.append((seq, chunk + drafts, index))
+                continue
             index = batch.add_span(chunk, n_held, seq.seq_id, want_logits)
             spans.append((seq, chunk, index if want_logits else None))
         return spans
 
+    def _guess(self, seq: Sequence, batch_room: int) -> list[int]:
+        """A generating sequence's guesses for this step, within the batch, its share of
+        the context and its reply's length limit (none without speculation)."""
+        spec = seq.spec
+        if spec is None or len(seq.pending) != 1 or seq.params is None:
+            return []
+        room = min(batch_room, self._h.n_ctx_seq - len(seq.tokens) - 1)
+        if seq.params.max_tokens > 0:
+            # every kept guess and the draw after them are reply tokens
+            room = min(room, seq.params.max_tokens - len(seq.completion.tokens) - 1)
+        if room <= 0:
+            return []
+        return spec.propose(seq.tokens + seq.pending, room)
+
     def _after_decode(self, spans: list[Span], elapsed_ms: float, events: list[Event]) -> None:
         ctx = self._h.need_ctx()
         now = time.perf_counter()
+        if all(seq.phase is Phase.GENERATING for seq, _, _ in spans):
+            # What guesses cost: steps of generated tokens alone (a prompt chunk would
+            # swamp the figure).
+            for seq, _, _ in spans:
+                if seq.spec is not None:
+                    seq.spec.timed(elapsed_ms, len(self._drafts.get(seq.key, ())))
         for seq, chunk, index in spans:
+            drafts = self._drafts.get(seq.key)
+            if drafts is not None and index is not None:
+                self._verify(seq, chunk[0], drafts, index, events, now)
+                continue
             seq.tokens.extend(chunk)
             del seq.pending[: len(chunk)]
             phase = seq.phase
@@ -283,6 +326,44 @@ class Scheduler:
                 seq.first_token(now)
             assert seq.sampler is not None
             self._on_token(seq, seq.sampler.sample(ctx.handle, index), events, now)
+
+    def _verify(
+        self,
+        seq: Sequence,
+        token: int,
+        drafts: list[int],
+        first_row: int,
+        events: list[Event],
+        now: float,
+    ) -> None:
+        """The decode held ``token`` and the guesses after it: draw row by row with the
+        sequence's sampler, keep guesses while they equal the draw, cut the cache after."""
+        ctx = self._h.need_ctx()
+        sampler, spec = seq.sampler, seq.spec
+        assert sampler is not None and spec is not None and seq.seq_id is not None
+        seq.tokens.append(token)
+        seq.pending.clear()
+        in_cache = len(seq.tokens) + len(drafts)
+        kept = 0
+        for row in range(len(drafts) + 1):
+            drawn = sampler.sample(ctx.handle, first_row + row)
+            self._on_token(seq, drawn, events, now)
+            if seq.phase is not Phase.GENERATING:
+                break  # finished on this token: it stays queued, as without guesses
+            if row == len(drafts) or drawn != drafts[row]:
+                break
+            kept += 1
+            seq.tokens.append(drawn)  # already in the cache: nothing queued for it
+            seq.pending.clear()
+        if in_cache > len(seq.tokens) and not ctx.seq_rm(seq.seq_id, len(seq.tokens), -1):
+            # supported() rules such caches out; should one refuse, decode them again
+            log.warning("sequence %d: the rejected guesses could not be removed", seq.key)
+            seq.pending = seq.tokens + seq.pending
+            seq.set_held(0)
+            ctx.seq_rm(seq.seq_id, -1, -1)
+        spec.record(len(drafts), kept)
+        seq.completion.n_drafted += len(drafts)
+        seq.completion.n_accepted += kept
 
     def _on_token(self, seq: Sequence, token: int, events: list[Event], now: float) -> None:
         model = self._h.need_model()
@@ -350,6 +431,12 @@ class Scheduler:
             assert seq.seq_id is not None
             held = ctx.seq_pos_max(seq.seq_id) + 1
             base = len(seq.tokens)
+            if seq.key in self._drafts:
+                # Guesses are never kept unverified: only the sampled token counts.
+                if held > base + 1:
+                    ctx.seq_rm(seq.seq_id, base + 1, -1)
+                    held = base + 1
+                chunk = chunk[:1]
             if held < base:  # the cache lost cells we counted: process them again
                 seq.pending = seq.tokens[held:] + seq.pending
                 seq.set_held(held)

@@ -27,6 +27,7 @@ from app.engine.prefix import common_prefix as common_prefix
 from app.engine.reasoning import ReasoningFormat
 from app.engine.sampling import Sampler
 from app.engine.settings import SamplingParams
+from app.engine.speculative import SpecState
 from app.engine.state_file import SequenceState
 from app.engine.tool_calls.request import ToolRequest, ToolTurn
 
@@ -100,6 +101,7 @@ class Sequence:
     # The tools the chat offers (rendered into its prompt), and how this reply runs them.
     tools: ToolRequest | None = None
     tool_turn: ToolTurn | None = None
+    spec: SpecState | None = None  # speculative decoding: this turn's guessing
 
     @property
     def n_past(self) -> int:

@@ -42,6 +42,9 @@ def timings(result: TurnResult) -> dict[str, Any]:
         "predicted_n": result.n_tokens,
         "predicted_ms": round(result.gen_ms, 3),
         "predicted_per_second": round(result.tokens_per_second, 3),
+        # speculative decoding, as llama-server names them
+        "draft_n": result.n_drafted,
+        "draft_n_accepted": result.n_accepted,
     }
 
 

@@ -50,6 +50,10 @@ SAMPLING_NAMES: dict[str, str] = {
     "presence_penalty": "presence_penalty",
     "frequency_penalty": "frequency_penalty",
     "seed": "seed",
+    # speculative decoding: ours, and llama-server's per-request names
+    "speculative": "speculative",
+    "draft_max": "draft_max",
+    "speculative.n_max": "draft_max",
 }
 # Fields that change what a reply means: refused rather than silently ignored.
 UNSUPPORTED: dict[str, str] = {
@@ -193,6 +197,21 @@ def _sampling(body: dict[str, Any], param_names: dict[str, str]) -> tuple[Sampli
             raise bad_request(f"'stop' may hold at most {MAX_STOP} strings.", "stop")
         values["stop"] = stop
     values["grammar"] = _grammar(body)
+    kind = body.get("speculative.type")
+    if kind is not None:  # llama-server's names: none, draft, ngram-simple, ngram-map-k, ...
+        if not isinstance(kind, str) or not kind.startswith(("none", "draft", "ngram")):
+            raise bad_request(
+                "'speculative.type' must be none, a draft kind or an n-gram kind "
+                "(ngram-simple...).",
+                "speculative.type",
+            )
+        values["speculative"] = (
+            "off" if kind == "none" else "draft" if kind.startswith("draft") else "ngram"
+        )
+    if values.get("speculative") == "draft":
+        raise bad_request(
+            "Speculation with a draft model is not available yet; use ngram.", "speculative"
+        )
     params = SamplingParams(**values)
     return params, given is not None
 

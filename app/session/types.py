@@ -83,6 +83,8 @@ class TurnResult:
     # sentence per call that broke, names no offered tool or does not fit its schema.
     tool_calls: tuple[MessageToolCall, ...] = ()
     tool_errors: tuple[str, ...] = ()
+    n_drafted: int = 0  # speculative decoding: tokens guessed and verified
+    n_accepted: int = 0  # ... and kept
 
     @classmethod
     def of(cls, completion: Completion) -> TurnResult:
@@ -103,6 +105,8 @@ class TurnResult:
             n_sampled=completion.n_sampled,
             stream_ms=completion.stream_ms,
             first_token_at=completion.first_token_at,
+            n_drafted=completion.n_drafted,
+            n_accepted=completion.n_accepted,
             tool_calls=tuple(
                 MessageToolCall(c.call_id, c.name, c.arguments_text) for c in completion.tool_calls
             ),

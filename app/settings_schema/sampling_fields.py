@@ -162,6 +162,33 @@ def _sampling_fields() -> tuple[FieldSpec, ...]:
             cli=CliOption(("--stop",), "TEXT", note="Repeatable."),
         ),
         FieldSpec(
+            "speculative",
+            "Speculative decoding",
+            "Guess tokens ahead and verify them in one step: same reply, faster where it "
+            "repeats earlier text (ngram: guesses from the conversation itself).",
+            "choice",
+            default="off",
+            choices=(
+                ("off", "Off"),
+                ("ngram", "From the conversation (n-gram)"),
+                ("draft", "Draft model"),
+            ),
+            apply=n,
+            cli=CliOption(("--spec",), "off|ngram|draft"),
+        ),
+        FieldSpec(
+            "draft_max",
+            "Draft length",
+            "The most tokens guessed ahead per step (speculative decoding).",
+            "int",
+            default=8,
+            minimum=1,
+            maximum=64,
+            unit="tokens",
+            apply=n,
+            cli=CliOption(("--draft-max",), "N"),
+        ),
+        FieldSpec(
             "grammar",
             "Grammar",
             "A GBNF grammar the reply must follow (none: free text).",

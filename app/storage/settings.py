@@ -69,6 +69,8 @@ class SamplingDefaults:
     seed: int = _sampling("seed")  # -1: a random seed for every generation
     max_tokens: int = _sampling("max_tokens")
     stop: list[str] = _sampling("stop")  # noqa: RUF009 (a dataclasses.field with a factory)
+    speculative: str = _sampling("speculative")  # off | ngram (app.engine.speculative)
+    draft_max: int = _sampling("draft_max")
 
     def to_dict(self) -> dict[str, Any]:
         """The dict stored as a conversation's ``sampling``."""
