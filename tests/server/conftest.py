@@ -16,6 +16,7 @@ from app.engine import ContextSettings
 from app.server import ServerConfig, ServerRunner
 from tests.support.gguf_models import TinySpec, write_tiny_model
 from tests.support.serve_process import ServeProcess
+from tests.support.tool_models import write_qwen25_model
 
 N_CTX = 8192
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,9 +86,21 @@ def make_server(long_model: Path, tmp_path: Path) -> Iterator[MakeServer]:
         runner.close()
 
 
+@pytest.fixture(scope="module")
+def qwen_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with Qwen 2.5's template, for the tool-call tests."""
+    return write_qwen25_model(tmp_path_factory.mktemp("tools"), N_CTX)
+
+
+def openai_client(server: ServerRunner, timeout: float = 60) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=timeout
+    )
+
+
 @pytest.fixture
 def client(server: ServerRunner) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    return openai_client(server)
 
 
 @pytest.fixture

@@ -20,10 +20,7 @@ import pytest
 
 from app.server.store import NAME_KEY
 from app.storage import Database
-from tests.server.conftest import N_CTX, MakeServer
-from tests.support.gguf_models import TinySpec, write_tiny_model
-
-QWEN25 = Path(__file__).resolve().parents[1] / "data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"
+from tests.server.conftest import MakeServer, openai_client
 
 
 class Unit(enum.Enum):
@@ -59,18 +56,9 @@ CALL: dict[str, Any] = {
 }
 
 
-@pytest.fixture(scope="module")
-def qwen_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_model(
-        tmp_path_factory.mktemp("tools") / "qwen25.gguf",
-        TinySpec(chat_template=QWEN25.read_text(), n_ctx_train=N_CTX),
-    )
-
-
 @pytest.fixture
 def client(make_server: MakeServer, qwen_model: Path) -> openai.OpenAI:
-    server = make_server(model=qwen_model)
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=90)
+    return openai_client(make_server(model=qwen_model), timeout=90)
 
 
 def _post(client: openai.OpenAI, path: str, body: dict[str, Any]) -> httpx2.Response:

@@ -14,10 +14,8 @@ import jsonschema  # type: ignore[import-untyped]
 import openai
 import pytest
 
-from tests.server.conftest import N_CTX, MakeServer
-from tests.support.gguf_models import TinySpec, write_tiny_model
+from tests.server.conftest import MakeServer, openai_client
 
-QWEN25 = Path(__file__).resolve().parents[1] / "data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"
 PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -45,18 +43,9 @@ ASK: list[Any] = [{"role": "user", "content": "the weather in Paris"}]
 NO_THINKING: dict[str, Any] = {}
 
 
-@pytest.fixture(scope="module")
-def qwen_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_model(
-        tmp_path_factory.mktemp("tools") / "qwen25.gguf",
-        TinySpec(chat_template=QWEN25.read_text(), n_ctx_train=N_CTX),
-    )
-
-
 @pytest.fixture
 def client(make_server: MakeServer, qwen_model: Path) -> openai.OpenAI:
-    server = make_server(model=qwen_model)
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    return openai_client(make_server(model=qwen_model), timeout=60)
 
 
 def test_a_forced_call_not_streamed(client: openai.OpenAI) -> None:

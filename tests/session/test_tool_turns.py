@@ -20,9 +20,8 @@ from app.session import events as ev
 from app.storage import Database
 from app.storage.export import export_json, import_json
 from tests.session.test_session import TIMEOUT, Recorder
-from tests.support.gguf_models import TinySpec, write_tiny_model
+from tests.support.tool_models import write_qwen25_model
 
-QWEN25 = Path(__file__).resolve().parents[1] / "data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"
 CONTEXT = ContextSettings(
     n_ctx=4096, n_batch=128, n_ubatch=128, n_seq_max=2, n_threads=1, n_threads_batch=1
 )
@@ -42,10 +41,7 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=120)
 
 @pytest.fixture(scope="module")
 def qwen_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_model(
-        tmp_path_factory.mktemp("tools") / "qwen25.gguf",
-        TinySpec(chat_template=QWEN25.read_text(), n_ctx_train=8192),
-    )
+    return write_qwen25_model(tmp_path_factory.mktemp("tools"), 8192)
 
 
 def test_a_tool_round_trip_streams_the_call_and_keeps_the_cache(

@@ -21,6 +21,7 @@ from app.session import ConversationSnapshot, TurnResult
 from app.session import events as ev
 from app.storage import Database
 from tests.support.gguf_models import TinySpec, write_tiny_model
+from tests.support.tool_models import write_qwen25_model
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -64,6 +65,12 @@ def slow_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Larger (~10 MB): prompt processing takes long enough to stop it half-way."""
     spec = TinySpec(n_embd=256, n_layer=4, n_ff=512, n_ctx_train=4096, name="tiny-slow")
     return write_tiny_model(tmp_path_factory.mktemp("models") / "slow.gguf", spec)
+
+
+@pytest.fixture(scope="module")
+def qwen_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model with Qwen 2.5's template: the chat's tool calls."""
+    return write_qwen25_model(tmp_path_factory.mktemp("tools"), 4096)
 
 
 def write_settings(model: Path | None, **extra: Any) -> None:

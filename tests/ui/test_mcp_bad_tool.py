@@ -8,12 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from app.ui.mcp_store import McpStore, stdio_server
-from tests.support.gguf_models import TinySpec, write_tiny_model
 
-QWEN25 = Path(__file__).resolve().parents[1] / "data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"
 SERVER = """
 from typing import Annotated, Literal
 
@@ -34,14 +30,6 @@ def bad(code: Annotated[str, pydantic.Field(pattern="^a{5000}$")]) -> str:
 
 server.run()
 """
-
-
-@pytest.fixture(scope="module")
-def qwen_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_model(
-        tmp_path_factory.mktemp("tools") / "qwen25.gguf",
-        TinySpec(chat_template=QWEN25.read_text(), n_ctx_train=4096),
-    )
 
 
 def test_a_tool_without_a_grammar_is_left_out_with_a_notice(

@@ -12,17 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from app.engine.tool_calls.request import ToolChoiceMode
 from app.messages import TOOL_CALL_ID_KEY, stored_tool_calls
 from app.ui.approval_dialog import ApprovalDialog
 from app.ui.mcp_store import McpStore, stdio_server
 from app.ui.tool_call_block import CallState
-from tests.support.gguf_models import TinySpec, write_tiny_model
 from tests.ui.conftest import send
-
-QWEN25 = Path(__file__).resolve().parents[1] / "data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"
 
 # The test's MCP server: its tools take choices (enums), so the random tiny model's forced
 # call is short and complete (a free string would run to max_tokens).
@@ -47,14 +42,6 @@ def write_note(slot: Literal["a", "b"]) -> str:
 
 server.run()
 """
-
-
-@pytest.fixture(scope="module")
-def qwen_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_model(
-        tmp_path_factory.mktemp("tools") / "qwen25.gguf",
-        TinySpec(chat_template=QWEN25.read_text(), n_ctx_train=4096),
-    )
 
 
 def _chat_with_tool(
