@@ -15,10 +15,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from app.engine import ContextSettings, ModelSettings
 from app.engine.rpc_probe import RpcProbeError, probe
+from app.rpc_supervisor import PrivateServer
+from tests.support.arch_models import write_arch_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -126,3 +130,27 @@ def running_worker() -> Iterator[Worker]:
     w = start_worker()
     yield w
     w.stop()
+
+
+@pytest.fixture(scope="module")
+def private_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny llama model for the private model process tests."""
+    return write_arch_model(tmp_path_factory.mktemp("private") / "llama.gguf", "llama")
+
+
+def private_server(model: Path, worker: Worker, told: list[str], **options: Any) -> PrivateServer:
+    """A private model process on ``worker``, all layers there; what it says when its child
+    is gone goes to ``told``."""
+    context = ContextSettings(n_ctx=2048, n_seq_max=1).to_dict()
+    settings = ModelSettings(rpc_servers=worker.endpoint, gpu_layers="all").to_dict()
+    return PrivateServer(str(model), context, settings, 1, on_gone=told.append, **options)
+
+
+def wait_until(condition: Callable[[], bool], seconds: float) -> bool:
+    """Whether ``condition`` held within ``seconds`` (polled every 0.2 s)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True

@@ -14,24 +14,11 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from app.engine import ContextSettings, ModelSettings
 from app.rpc_supervisor import PRIVATE_READ_TIMEOUT_S, PrivateServer
-from tests.devices.conftest import Worker
-from tests.support.arch_models import write_arch_model
+from tests.devices.conftest import Worker, private_server, wait_until
 from tests.support.serve_process import ServeProcess
 
 HANG_S = 3.0  # the watchdog's limit here (the default is 30 s)
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_arch_model(tmp_path_factory.mktemp("private-hang") / "llama.gguf", "llama")
-
-
-def _private(model: Path, worker: Worker, told: list[str]) -> PrivateServer:
-    context = ContextSettings(n_ctx=2048, n_seq_max=1).to_dict()
-    settings = ModelSettings(rpc_servers=worker.endpoint, gpu_layers="all").to_dict()
-    return PrivateServer(str(model), context, settings, 1, on_gone=told.append, hang_s=HANG_S)
 
 
 def _body(stream: bool, max_tokens: int) -> dict[str, object]:
@@ -62,28 +49,19 @@ def _stop_mid_reply(private: PrivateServer, worker: Worker) -> float:
     return time.monotonic() - t0
 
 
-def _wait(condition: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
-
-
 def test_a_stopped_worker_gets_its_model_process_replaced(
-    model: Path, make_worker: Callable[[], Worker]
+    private_model: Path, make_worker: Callable[[], Worker]
 ) -> None:
     worker = make_worker()
     told: list[str] = []
-    private = _private(model, worker, told)
+    private = private_server(private_model, worker, told, hang_s=HANG_S)
     try:
         first = private.child.pid
         waited = _stop_mid_reply(private, worker)
         assert waited < HANG_S + 10  # the watchdog ended it, not the 45 s read timeout
         assert "a new model process is starting" in private.connection().label
         os.kill(worker.process.pid, signal.SIGCONT)  # the worker is back
-        assert _wait(lambda: private.restarts == 1 and private.child.pid != first, 30)
+        assert wait_until(lambda: private.restarts == 1 and private.child.pid != first, 30)
         t0 = time.monotonic()
         answer = None
         while time.monotonic() - t0 < 60 and answer is None:
@@ -105,16 +83,16 @@ def test_a_stopped_worker_gets_its_model_process_replaced(
 
 
 def test_a_worker_that_stays_stopped_gets_a_sentence_at_once(
-    model: Path, make_worker: Callable[[], Worker]
+    private_model: Path, make_worker: Callable[[], Worker]
 ) -> None:
     worker = make_worker()
     told: list[str] = []
-    private = _private(model, worker, told)
+    private = private_server(private_model, worker, told, hang_s=HANG_S)
     try:
         first = private.child.pid
         _stop_mid_reply(private, worker)
         # The new process probes the stopped worker (with a timeout) and cannot load.
-        assert _wait(lambda: any("could not start" in text for text in told), 60), told
+        assert wait_until(lambda: any("could not start" in text for text in told), 60), told
         assert private.restarts == 1 and private.child.pid != first and not private.alive()
         assert worker.endpoint in told[-1]
         assert "gone" in private.connection().label
@@ -127,10 +105,10 @@ def test_a_worker_that_stays_stopped_gets_a_sentence_at_once(
 
 
 def test_serve_says_the_worker_is_gone_when_its_model_process_dies(
-    model: Path, tmp_path: Path, make_worker: Callable[[], Worker]
+    private_model: Path, tmp_path: Path, make_worker: Callable[[], Worker]
 ) -> None:
     worker = make_worker()
-    args = [str(model), "--no-persist", "--rpc", worker.endpoint, "--gpu-layers", "all"]
+    args = [str(private_model), "--no-persist", "--rpc", worker.endpoint, "--gpu-layers", "all"]
     server = ServeProcess(args, tmp_path / "serve")
     try:
         url = f"{server.url}/v1/chat/completions"

@@ -10,43 +10,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
-from app.engine import ContextSettings, ModelSettings
-from app.rpc_supervisor import PrivateServer
-from tests.devices.conftest import Worker, start_worker
-from tests.support.arch_models import write_arch_model
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_arch_model(tmp_path_factory.mktemp("private-revive") / "llama.gguf", "llama")
-
-
-def _private(model: Path, worker: Worker, told: list[str]) -> PrivateServer:
-    context = ContextSettings(n_ctx=2048, n_seq_max=1).to_dict()
-    settings = ModelSettings(rpc_servers=worker.endpoint, gpu_layers="all").to_dict()
-    return PrivateServer(str(model), context, settings, 1, on_gone=told.append)
-
-
-def _wait(condition: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
+from tests.devices.conftest import Worker, private_server, start_worker, wait_until
 
 
 def test_a_crash_while_the_worker_answers_is_not_restarted(
-    model: Path, make_worker: Callable[[], Worker]
+    private_model: Path, make_worker: Callable[[], Worker]
 ) -> None:
     worker = make_worker()
     told: list[str] = []
-    private = _private(model, worker, told)
+    private = private_server(private_model, worker, told)
     try:
         os.kill(private.child.pid, signal.SIGSEGV)  # a crash of its own, the worker is fine
-        assert _wait(lambda: private.down() is not None and bool(told), 30), private.down()
+        assert wait_until(lambda: private.down() is not None and bool(told), 30), private.down()
         said = private.down() or ""
         assert "ended (SIGSEGV)" in said and "still answered" in said, said
         assert "not loaded again" in said and said.endswith("."), said
@@ -58,21 +33,23 @@ def test_a_crash_while_the_worker_answers_is_not_restarted(
 
 
 def test_a_new_model_process_that_cannot_start_is_said(
-    model: Path, make_worker: Callable[[], Worker]
+    private_model: Path, make_worker: Callable[[], Worker]
 ) -> None:
     worker = make_worker()
     told: list[str] = []
-    private = _private(model, worker, told)
+    private = private_server(private_model, worker, told)
     again: Worker | None = None
     try:
         # Popen refuses this environment (ValueError) when the next child is started.
         private._env["LLAMADESK_TEST_BROKEN"] = "a\x00b"
         worker.stop()  # the worker goes away, and its model process with it
         private.child.kill()
-        assert _wait(lambda: "is gone" in (private.down() or ""), 30), private.down()
+        assert wait_until(lambda: "is gone" in (private.down() or ""), 30), private.down()
         port = int(worker.endpoint.rsplit(":", 1)[1])
         again = start_worker(port=port)  # it answers again: the start fails
-        assert _wait(lambda: "could not be started" in (private.down() or ""), 60), private.down()
+        assert wait_until(lambda: "could not be started" in (private.down() or ""), 60), (
+            private.down()
+        )
         said = private.down() or ""
         assert said.startswith("The model is gone: a new model process could not be started")
         assert told[-1] == said
