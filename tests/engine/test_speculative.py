@@ -57,6 +57,23 @@ def _open(path: Path) -> Engine:
     return Engine.open(path, small_settings(n_threads=1, n_threads_batch=1))
 
 
+def _plain_then_guessing(
+    engine: Engine, params: SamplingParams
+) -> tuple[int, int, list[int], SpecState]:
+    """The reply to PROMPT without guesses, then the same reply started again with n-gram
+    guesses: its sequence, the prompt's length, the plain reply's tokens, the guessing state
+    (for a test to swap its drafter before running it)."""
+    key = engine.open_sequence()
+    engine.set_prompt(key, PROMPT)
+    plain = engine.complete(key, params).tokens
+    engine.clear_sequence(key)
+    n_prompt = engine.set_prompt(key, PROMPT)
+    engine.start(key, replace(params, speculative="ngram"))
+    state = engine._seqs[key].spec
+    assert state is not None
+    return key, n_prompt, plain, state
+
+
 @pytest.fixture(params=ARCHITECTURES)
 def arch_engine(request: pytest.FixtureRequest, family_models: dict[str, Path]) -> Iterator[Engine]:
     with _open(family_models[str(request.param)]) as e:
@@ -177,14 +194,7 @@ def test_guesses_are_as_long_as_they_pay() -> None:
 def test_failing_guesses_stop_in_the_engine(tiny_model: Path) -> None:
     params = SamplingParams(temperature=0, max_tokens=40)
     with _open(tiny_model) as engine:
-        key = engine.open_sequence()
-        engine.set_prompt(key, PROMPT)
-        plain = engine.complete(key, params).tokens
-        engine.clear_sequence(key)
-        n_prompt = engine.set_prompt(key, PROMPT)
-        engine.start(key, replace(params, speculative="ngram"))
-        state = engine._seqs[key].spec
-        assert state is not None
+        key, n_prompt, plain, state = _plain_then_guessing(engine, params)
         drafter = state.drafter = WrongDrafter(n_prompt, plain, engine.model_info.n_vocab)
         done = engine.run_until_done(key)
         assert done.tokens == plain and done.n_accepted == 0
@@ -197,14 +207,7 @@ def test_sampled_replies_draw_the_same_tokens(tiny_model: Path) -> None:
     with guesses kept and rejected is the reply without guesses, token for token."""
     params = SamplingParams(temperature=0.9, top_k=40, seed=7, max_tokens=40)
     with _open(tiny_model) as engine:
-        key = engine.open_sequence()
-        engine.set_prompt(key, PROMPT)
-        plain = engine.complete(key, params).tokens
-        engine.clear_sequence(key)
-        n_prompt = engine.set_prompt(key, PROMPT)
-        engine.start(key, replace(params, speculative="ngram"))
-        state = engine._seqs[key].spec
-        assert state is not None
+        key, n_prompt, plain, state = _plain_then_guessing(engine, params)
         state.drafter = ScriptedDrafter(n_prompt, plain, engine.model_info.n_vocab)
         state.adaptive = False
         done = engine.run_until_done(key)

@@ -29,6 +29,16 @@ def _add(page: McpPage, url: str) -> None:
     dialog.save_button.click()
 
 
+def _allow_and_connect(qtbot: Any, page: McpPage) -> None:
+    """Answer the open question with Yes: "far" is then tested and connected."""
+    box = page.confirmation()
+    assert box is not None
+    box.done(QMessageBox.StandardButton.Yes)
+    qtbot.waitUntil(lambda: "far" in page.statuses, timeout=30000)
+    qtbot.waitUntil(lambda: not page.busy(), timeout=30000)
+    assert page.statuses["far"].connected, page.statuses["far"].sentence
+
+
 def test_the_window_asks_before_plain_http_to_another_computer(
     qtbot: Any, make_window: Any, home: Path
 ) -> None:
@@ -48,12 +58,7 @@ def test_the_window_asks_before_plain_http_to_another_computer(
 
         _add(page, url)
         qtbot.waitUntil(lambda: page.confirmation() is not None, timeout=10000)
-        box = page.confirmation()
-        assert box is not None
-        box.done(QMessageBox.StandardButton.Yes)
-        qtbot.waitUntil(lambda: "far" in page.statuses, timeout=30000)
-        qtbot.waitUntil(lambda: not page.busy(), timeout=30000)
-        assert page.statuses["far"].connected, page.statuses["far"].sentence
+        _allow_and_connect(qtbot, page)
         entry = json.loads((home / "mcp.json").read_text())["mcpServers"]["far"]
         assert entry == {"url": url, "llamadeskAllowInsecureHttp": True}
 
@@ -75,11 +80,6 @@ def test_an_imported_entry_is_asked_about_at_its_test(
         box.done(QMessageBox.StandardButton.Cancel)
         assert "far" not in page.statuses and "was not connected" in page.status.text()
         page.test("far")
-        box = page.confirmation()
-        assert box is not None
-        box.done(QMessageBox.StandardButton.Yes)
-        qtbot.waitUntil(lambda: "far" in page.statuses, timeout=30000)
-        qtbot.waitUntil(lambda: not page.busy(), timeout=30000)
-        assert page.statuses["far"].connected, page.statuses["far"].sentence
+        _allow_and_connect(qtbot, page)
         saved = json.loads((home / "mcp.json").read_text())["mcpServers"]["far"]
         assert saved["llamadeskAllowInsecureHttp"] is True
