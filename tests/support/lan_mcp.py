@@ -5,15 +5,11 @@ app, with no packet leaving the machine."""
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import pytest
 
-from tests.mcp.servers import SERVER_SCRIPT
+from tests.mcp.servers import http_test_server
 
 
 def lan_address() -> str:
@@ -30,33 +26,6 @@ def lan_address() -> str:
     return address
 
 
-@contextmanager
-def lan_mcp_server() -> Iterator[str]:
+def lan_mcp_server() -> AbstractContextManager[str]:
     """The test MCP server on this machine's network address; yields its URL."""
-    address = lan_address()
-    with socket.socket() as s:
-        s.bind((address, 0))
-        port = int(s.getsockname()[1])
-    child = subprocess.Popen(
-        [sys.executable, str(SERVER_SCRIPT), "http", str(port), address],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection((address, port), timeout=0.5).close()
-                break
-            except OSError:
-                if child.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the test MCP server did not start") from None
-                time.sleep(0.1)
-        yield f"http://{address}:{port}/mcp"
-    finally:
-        child.terminate()
-        try:
-            child.wait(5)
-        except subprocess.TimeoutExpired:  # uvicorn waits for open streams to close
-            child.kill()
-            child.wait(5)
+    return http_test_server(lan_address())

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QLineEdit, QMessageBox, QTreeWidgetItem
 from app.mcp.config import load_config
 from app.ui.mcp_page import McpPage
 from app.ui.mcp_store import McpStore, looks_secret
-from tests.mcp.servers import SERVER_SCRIPT
+from tests.mcp.servers import SERVER_SCRIPT, http_test_server
 
 
 def _page(window: Any) -> McpPage:
@@ -207,33 +207,14 @@ def test_a_server_that_will_not_start_or_hangs_gives_a_sentence_and_the_window_g
 
 
 def test_an_http_server_with_a_secret_header(qtbot: Any, make_window: Any, home: Path) -> None:
-    import socket
-    import subprocess
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    child = subprocess.Popen(
-        [sys.executable, str(SERVER_SCRIPT), "http", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert child.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
+    with http_test_server() as url:
         window, _ = make_window(model=None)
         page = _page(window)
         _wait(qtbot, page)
         dialog = page.add_server()
         dialog.name_edit.setText("web")
         dialog.http_radio.setChecked(True)
-        dialog.url_edit.setText(f"http://127.0.0.1:{port}/mcp")
+        dialog.url_edit.setText(url)
         dialog.headers_table.add_row("Authorization", "Bearer t0ps3cret")
         dialog.save_button.click()
         qtbot.waitUntil(lambda: "web" in page.statuses, timeout=30000)
@@ -244,9 +225,6 @@ def test_an_http_server_with_a_secret_header(qtbot: Any, make_window: Any, home:
         text = (home / "mcp.json").read_text(encoding="utf-8")
         assert "t0ps3cret" not in text
         assert json.loads(text)["mcpServers"]["web"] == {
-            "url": f"http://127.0.0.1:{port}/mcp",
+            "url": url,
             "llamadeskSecrets": ["Authorization"],
         }
-    finally:
-        child.terminate()
-        child.wait(10)
