@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import jsonschema  # type: ignore[import-untyped]
@@ -37,16 +36,6 @@ WEATHER = ToolSpec(
 NOOP = ToolSpec("noop", {"type": "object", "properties": {}})
 TOOLS = [WEATHER, NOOP]
 FORCEABLE = list(F)
-
-
-@pytest.fixture(scope="module")
-def model(tiny_model: Path) -> Iterator[llama_cpp.llama_model_p]:
-    handle = llama_cpp.llama_model_load_from_file(
-        str(tiny_model).encode(), llama_cpp.llama_model_default_params()
-    )
-    assert handle
-    yield handle
-    llama_cpp.llama_model_free(handle)
 
 
 def _text(fmt: ToolCallFormat, *calls: CallText) -> str:

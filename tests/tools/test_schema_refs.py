@@ -6,8 +6,6 @@ the model write exactly the schema-valid calls (issue 27, item 7)."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
@@ -62,16 +60,6 @@ GOOD_MEETING: dict[str, Any] = {
     "unit": "c",
     "host": {"name": "Bo", "age": 4},
 }
-
-
-@pytest.fixture(scope="module")
-def model(tiny_model: Path) -> Iterator[llama_cpp.llama_model_p]:
-    handle = llama_cpp.llama_model_load_from_file(
-        str(tiny_model).encode(), llama_cpp.llama_model_default_params()
-    )
-    assert handle
-    yield handle
-    llama_cpp.llama_model_free(handle)
 
 
 def _text(fmt: ToolCallFormat, name: str, arguments: dict[str, Any]) -> str:
