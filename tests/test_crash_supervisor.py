@@ -51,30 +51,37 @@ def _last_line(done: subprocess.CompletedProcess[str]) -> str:
     return lines[-1] if lines else ""
 
 
-def test_sigkill_is_named_perhaps_out_of_memory(tmp_path: Path) -> None:
-    done = _supervised(tmp_path, True, "SIGKILL")
-    assert done.returncode == 128 + signal.SIGKILL
-    assert _last_line(done) == (
-        "llamadesk: `llamadesk serve` was killed (SIGKILL; perhaps out of memory) while "
-        "decoding with the model x.gguf."
-    )
-
-
-def test_a_crash_without_a_record_does_not_blame_llama_cpp(tmp_path: Path) -> None:
-    done = _supervised(tmp_path, False, "SIGSEGV")
-    assert done.returncode == 128 + signal.SIGSEGV
-    assert _last_line(done) == (
-        "llamadesk: `llamadesk serve` crashed (SIGSEGV) before it loaded a model."
-    )
-
-
-def test_a_crash_with_a_record_names_llama_cpp_and_the_model(tmp_path: Path) -> None:
-    done = _supervised(tmp_path, True, "SIGSEGV")
-    assert done.returncode == 128 + signal.SIGSEGV
-    assert _last_line(done) == (
-        "llamadesk: llama.cpp crashed (SIGSEGV) while decoding with the model x.gguf; "
-        "`llamadesk serve` stopped."
-    )
+@pytest.mark.parametrize(
+    ("record", "name", "said"),
+    [
+        pytest.param(
+            True,
+            "SIGKILL",
+            "llamadesk: `llamadesk serve` was killed (SIGKILL; perhaps out of memory) while "
+            "decoding with the model x.gguf.",
+            id="sigkill-is-named-perhaps-out-of-memory",
+        ),
+        pytest.param(
+            False,
+            "SIGSEGV",
+            "llamadesk: `llamadesk serve` crashed (SIGSEGV) before it loaded a model.",
+            id="a-crash-without-a-record-does-not-blame-llama-cpp",
+        ),
+        pytest.param(
+            True,
+            "SIGSEGV",
+            "llamadesk: llama.cpp crashed (SIGSEGV) while decoding with the model x.gguf; "
+            "`llamadesk serve` stopped.",
+            id="a-crash-with-a-record-names-llama-cpp-and-the-model",
+        ),
+    ],
+)
+def test_a_death_by_signal_is_said_in_one_line(
+    tmp_path: Path, record: bool, name: str, said: str
+) -> None:
+    done = _supervised(tmp_path, record, name)
+    assert done.returncode == 128 + signal.Signals[name]
+    assert _last_line(done) == said
 
 
 def test_a_stop_asked_for_says_nothing(tmp_path: Path) -> None:
