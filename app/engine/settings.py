@@ -328,7 +328,7 @@ class SamplingParams:
     max_tokens: int = _s("max_tokens")
     stop: list[str] = _s("stop")  # noqa: RUF009 (a dataclasses.field with a factory)
     grammar: str | None = _s("grammar")
-    # Speculative decoding (app.engine.speculative): "off", "ngram" or "draft".
+    # Speculative decoding (app.engine.speculative): "off" or "ngram".
     speculative: str = _s("speculative")
     draft_max: int = _s("draft_max")
 
@@ -341,10 +341,6 @@ class SamplingParams:
         grammar llama.cpp could not parse or would crash on (every grammar reaches
         llama.cpp through a :class:`~app.engine.sampling.Sampler`, which validates)."""
         validate_fields(self)
-        if self.speculative == "draft":
-            raise SettingsError(
-                "speculative", "Speculation with a draft model is not available yet; use ngram."
-            )
         if self.grammar:
             try:
                 check_grammar(self.grammar)

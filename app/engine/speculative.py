@@ -70,7 +70,6 @@ EMA: Final = 0.3  # weight of a new timing
 class SpecMode(enum.Enum):
     OFF = "off"
     NGRAM = "ngram"  # prompt lookup in the conversation's own tokens
-    DRAFT = "draft"  # a second, smaller model of the same vocabulary (not built yet)
 
     @classmethod
     def parse(cls, value: SpecMode | str) -> SpecMode:
@@ -94,10 +93,6 @@ class SpecSettings:
         if not 1 <= self.draft_max <= MAX_DRAFT:
             raise ValueError(
                 f"The draft length must be between 1 and {MAX_DRAFT}, not {self.draft_max}."
-            )
-        if self.mode is SpecMode.DRAFT:
-            raise ValueError(
-                "Speculation with a draft model is not available yet; use 'ngram' or 'off'."
             )
 
     @classmethod

@@ -205,13 +205,13 @@ def _sampling(body: dict[str, Any], param_names: dict[str, str]) -> tuple[Sampli
                 "(ngram-simple...).",
                 "speculative.type",
             )
-        values["speculative"] = (
-            "off" if kind == "none" else "draft" if kind.startswith("draft") else "ngram"
-        )
-    if values.get("speculative") == "draft":
-        raise bad_request(
-            "Speculation with a draft model is not available yet; use ngram.", "speculative"
-        )
+        if kind.startswith("draft"):
+            raise bad_request(
+                "Speculation with a draft model is not available in LlamaDesk; use an n-gram "
+                "kind (ngram-simple...) or none.",
+                "speculative.type",
+            )
+        values["speculative"] = "off" if kind == "none" else "ngram"
     params = SamplingParams(**values)
     return params, given is not None
 

@@ -171,10 +171,9 @@ def _sampling_fields() -> tuple[FieldSpec, ...]:
             choices=(
                 ("off", "Off"),
                 ("ngram", "From the conversation (n-gram)"),
-                ("draft", "Draft model"),
             ),
             apply=n,
-            cli=CliOption(("--spec",), "off|ngram|draft"),
+            cli=CliOption(("--spec",), "off|ngram"),
         ),
         FieldSpec(
             "draft_max",

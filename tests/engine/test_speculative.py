@@ -228,8 +228,10 @@ def test_ngram_drafter_proposes_what_followed_the_latest_match() -> None:
 def test_settings_refuse_bad_values() -> None:
     with pytest.raises(ValueError, match="between 1 and 64"):
         SpecSettings(SpecMode.NGRAM, draft_max=0)
-    with pytest.raises(ValueError, match="must be one of off, ngram, draft"):
+    with pytest.raises(ValueError, match="must be one of off, ngram"):
         SpecSettings.of("lookahead")
+    with pytest.raises(ValueError, match="must be one of off, ngram"):
+        SpecSettings.of("draft")  # no draft model yet
     assert SpecSettings.of("ngram", 5).to_dict() == {"mode": "ngram", "draft_max": 5}
 
 

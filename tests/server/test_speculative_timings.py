@@ -32,6 +32,8 @@ def test_bad_speculative_fields_are_refused_with_a_sentence(http: httpx2.Client)
     r = http.post("/v1/completions", json={"prompt": "hi", "speculative.type": "lookahead"})
     assert r.status_code == 400 and "speculative.type" in r.json()["error"]["message"]
     r = http.post("/v1/completions", json={"prompt": "hi", "speculative.type": "draft"})
-    assert r.status_code == 400 and "not available yet" in r.json()["error"]["message"]
+    assert r.status_code == 400 and "not available" in r.json()["error"]["message"]
+    r = http.post("/v1/completions", json={"prompt": "hi", "speculative": "draft"})
+    assert r.status_code == 400 and "speculative" in r.json()["error"]["message"]
     r = http.post("/v1/completions", json={"prompt": "hi", "speculative.n_max": 0})
     assert r.status_code == 400 and "speculative.n_max" in r.json()["error"]["message"]
