@@ -54,6 +54,12 @@ class RemoteConnection:
         parts = urlsplit(self.root)
         return parts.netloc.rpartition("@")[2] or self.root
 
+    @property
+    def shown_root(self) -> str:
+        """:attr:`root` without a ``user:password@`` (what may be shown to others)."""
+        parts = urlsplit(self.root)
+        return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
     def validate(self) -> None:
         """Raise :class:`RemoteConnectionError` with a sentence for a URL that cannot be used."""
         parts = urlsplit(self.root)

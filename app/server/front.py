@@ -34,11 +34,18 @@ from app.server.errors import ApiError
 KEEP_ALIVE = 8
 
 
+# The remote's refusals that are about the client's request (it was wrong there too);
+# any other 4xx (a key or URL the front was given) is the front's fault: a bad gateway,
+# so a client is never told that its own key is wrong.
+_CLIENTS_FAULT = (FaultKind.BAD_REQUEST, FaultKind.RATE_LIMITED)
+
+
 def _api_error(error: RemoteError) -> ApiError:
-    """The status a client of the front gets: the remote's 4xx as it is (the request was
-    wrong there too), a bad gateway for a server down or failing, 504 for one too slow."""
+    """The status a client of the front gets: the remote's refusal of the request as it
+    is, a bad gateway for a server down, failing or misconfigured here, 504 for one too
+    slow."""
     fault = error.fault
-    if fault.status is not None and 400 <= fault.status < 500:
+    if fault.status is not None and fault.kind in _CLIENTS_FAULT:
         return ApiError(fault.status, fault.message, code=fault.kind.value)
     status = 504 if fault.kind in (FaultKind.READ_TIMEOUT, FaultKind.CONNECT_TIMEOUT) else 502
     return ApiError(status, fault.message, type="server_error", code=fault.kind.value)
@@ -92,9 +99,12 @@ class RemoteFront:
             )
             raise _api_error(RemoteError(fault))
         try:
-            return response.json()
+            answer = response.json()
         except ValueError:
-            raise _api_error(RemoteError(malformed(self.conn.label, "JSON"))) from None
+            answer = None
+        if not isinstance(answer, dict):  # every forwarded route answers a JSON object
+            raise _api_error(RemoteError(malformed(self.conn.label, "a JSON object")))
+        return answer
 
     def completions(self, body: dict[str, Any], stream: bool) -> Any:
         """``/v1/completions`` on the remote server: its JSON answer, or (``stream``) an

@@ -17,6 +17,7 @@ from app.engine import SamplingParams
 from app.engine.chat_template import ReasoningEffort, ReasoningOptions
 from app.engine.grammar_bounds import GrammarBoundsError, GrammarSyntaxError, check_grammar
 from app.engine.json_grammar import SchemaGrammarError, json_object_grammar, schema_grammar
+from app.engine.speculative import SpecMode
 from app.engine.tool_calls import ToolSpecError
 from app.engine.tool_calls.request import ToolChoiceMode, ToolRequest
 from app.server.errors import ApiError, bad_request
@@ -198,20 +199,23 @@ def _sampling(body: dict[str, Any], param_names: dict[str, str]) -> tuple[Sampli
         values["stop"] = stop
     values["grammar"] = _grammar(body)
     kind = body.get("speculative.type")
-    if kind is not None:  # llama-server's names: none, draft, ngram-simple, ngram-map-k, ...
-        if not isinstance(kind, str) or not kind.startswith(("none", "draft", "ngram")):
-            raise bad_request(
-                "'speculative.type' must be none, a draft kind or an n-gram kind "
-                "(ngram-simple...).",
-                "speculative.type",
-            )
-        if kind.startswith("draft"):
+    if kind is not None:  # llama-server's names: none, draft..., ngram, ngram-simple, ...
+        if isinstance(kind, str) and (kind == "draft" or kind.startswith("draft-")):
             raise bad_request(
                 "Speculation with a draft model is not available in LlamaDesk; use an n-gram "
                 "kind (ngram-simple...) or none.",
                 "speculative.type",
             )
-        values["speculative"] = "off" if kind == "none" else "ngram"
+        if not isinstance(kind, str) or not (
+            kind in ("none", "ngram") or kind.startswith("ngram-")
+        ):
+            raise bad_request(
+                "'speculative.type' must be none or an n-gram kind (ngram-simple...).",
+                "speculative.type",
+            )
+        # Every n-gram kind is this app's one prompt lookup (app.engine.speculative).
+        mode = SpecMode.OFF if kind == "none" else SpecMode.NGRAM
+        values["speculative"] = mode.value
     params = SamplingParams(**values)
     return params, given is not None
 

@@ -259,7 +259,7 @@ class ApiService:
             "build_info": f"LlamaDesk {__version__}",
             "api_parameters": api_parameters(),
             "remote": {
-                "url": front.conn.root,
+                "url": front.conn.shown_root,  # never the URL's user:password
                 "kind": traits.kind.value,
                 "version": traits.version,
             },

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx2
+import pytest
 
 PROMPT = "one two three four five six seven eight nine ten one two three four five six seven"
 
@@ -37,3 +38,9 @@ def test_bad_speculative_fields_are_refused_with_a_sentence(http: httpx2.Client)
     assert r.status_code == 400 and "speculative" in r.json()["error"]["message"]
     r = http.post("/v1/completions", json={"prompt": "hi", "speculative.n_max": 0})
     assert r.status_code == 400 and "speculative.n_max" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("kind", ["none-x", "ngramfoo", "drafty", "lookahead"])
+def test_only_llama_servers_own_kinds_are_taken(http: httpx2.Client, kind: str) -> None:
+    r = http.post("/v1/completions", json={"prompt": "hi", "speculative.type": kind})
+    assert r.status_code == 400 and "speculative.type" in r.json()["error"]["message"]
