@@ -108,6 +108,19 @@ class Library:
         """To the trash (``restore`` brings it back until it is purged)."""
         return self._do(lambda db: db.delete_conversation(conversation_id))
 
+    def delete_if_unused(self, conversation_id: int) -> Future[bool]:
+        """To the trash only if it holds no message (an unused "New chat"), decided here in
+        one job: what a tab shows may be short of what is stored (a thread that did not
+        load, a message recorded after the tab last looked). True if it went."""
+
+        def job(db: Database) -> bool:
+            if db.get_conversation(conversation_id, include_deleted=True).message_count:
+                return False
+            db.delete_conversation(conversation_id)
+            return True
+
+        return self._do(job)
+
     def restore(self, conversation_id: int) -> Future[Conversation]:
         return self._do(lambda db: db.restore_conversation(conversation_id))
 

@@ -251,7 +251,7 @@ class WindowTabs:
             # An empty "New chat" that was never used does not clutter the list.
             try:
                 door = library(win.session)
-                settle(door.delete(tab.cid))
+                settle(door.delete_if_unused(tab.cid))
                 settle(door.purge_deleted(older_than_seconds=PURGE_AFTER_S))
             except LlamaDeskError:
                 pass

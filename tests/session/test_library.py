@@ -131,3 +131,20 @@ def test_an_import_runs_on_the_callers_thread_not_the_librarys(
     assert seen == [threading.current_thread().name]
     assert [m.content for m in door.thread(imported).result(5)] == ["Hello?"]
     assert imported != conv.id
+
+
+def test_only_an_unused_conversation_is_deleted_when_its_tab_closes(
+    session: Session, db: Database
+) -> None:
+    """A tab may show nothing of a conversation that holds messages (its thread did not
+    load, or a message was recorded after it looked): closing it must not trash them."""
+    door = session.library
+    assert door is not None
+    used = door.create(system_prompt="", sampling={}).result(5)
+    db.add_message(used.id, "user", "keep me")  # written by another connection
+    assert door.delete_if_unused(used.id).result(5) is False
+    assert db.get_conversation(used.id).message_count == 1
+    unused = door.create(system_prompt="", sampling={}).result(5)
+    assert door.delete_if_unused(unused.id).result(5) is True
+    with pytest.raises(LlamaDeskError):
+        db.get_conversation(unused.id)
