@@ -174,6 +174,11 @@ class Scheduler:
                 for seq, _, _ in spans:
                     self.finish(seq, "error", events, message)
                 return events
+            if self._drafts and prompt_cap is None:
+                # Guesses took cells nobody reserved: try again without them (a cap turns
+                # guessing off) before any idle chat is evicted or a conversation shifted.
+                prompt_cap = ctx.batch.capacity
+                continue
             prompt_cap = self._make_pool_room(spans, prompt_cap, events)
         return events
 
