@@ -16,7 +16,7 @@ import pytest
 
 from app.engine.tool_calls import SYNTAXES, CallText, ToolCallFormat, new_parser, render_calls
 from app.engine.tool_calls.grammar import ToolChoice, ToolGrammarError, call_grammar
-from app.engine.tool_calls.schema_refs import local_schema
+from app.engine.tool_calls.schema_refs import SchemaRefError, local_schema
 from app.engine.tool_calls.specs import ToolSpec, tool_specs
 from tests.tools.grammar_check import grammar_accepts
 
@@ -169,3 +169,30 @@ def test_one_bad_tool_is_left_out_and_the_others_kept() -> None:
         "The tool 'worse' is left out",
     ]
     assert all(w.endswith(".") and "{'" not in w for w in warnings)
+
+
+def test_refs_that_multiply_a_subtree_are_bounded() -> None:
+    """Many spellings of one target share one definition (and a JSON Pointer index with a
+    leading zero is no spelling at all); refs that still multiply the schema past the
+    bound are a sentence, not seconds and hundreds of megabytes."""
+    leaf = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(50)}}
+    aliases = {f"a{i}": {"$ref": "#/$defs/L/0"} for i in range(200)}
+    shared = local_schema({"type": "object", "properties": aliases, "$defs": {"L": [leaf]}})
+    assert len(shared.definitions) == 1
+    with pytest.raises(SchemaRefError, match="points at nothing"):
+        local_schema(
+            {
+                "type": "object",
+                "properties": {"a": {"$ref": "#/$defs/L/00"}},
+                "$defs": {"L": [leaf]},
+            }
+        )
+    # refs to every level of one deep tree: each target is a distinct node, and together
+    # they copy ~22 * 300**2 / 2 parts
+    tree: dict[str, Any] = {"type": "string"}
+    for _ in range(300):
+        props = {f"p{i}": {"type": "string"} for i in range(10)}
+        tree = {"type": "object", "properties": {"n": tree, **props}}
+    refs = {f"r{k}": {"$ref": "#/$defs/T" + "/properties/n" * k} for k in range(300)}
+    with pytest.raises(SchemaRefError, match="too large"):
+        local_schema({"type": "object", "properties": refs, "$defs": {"T": tree}})

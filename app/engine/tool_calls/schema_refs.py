@@ -29,6 +29,7 @@ _DEFS: Final = "$defs"
 _PREFIX: Final = "ref-"
 _NOT_NAME: Final = re.compile(r"[^A-Za-z0-9]+")
 _MAX_REFS: Final = 1000
+_MAX_NODES: Final = 200_000  # parts of the rewritten schema (a 200K-character schema has far fewer)
 # Keywords whose value maps property names to schemas.
 _NAME_MAPS: Final = frozenset({"properties", "patternProperties", "dependentSchemas"})
 
@@ -79,7 +80,12 @@ def _target(root: Any, ref: str) -> Any:
         part = _unescape(raw)
         if isinstance(node, Mapping) and part in node:
             node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        elif (
+            isinstance(node, list)
+            and part.isdigit()
+            and str(int(part)) == part  # JSON Pointer: no leading zeros (one name each)
+            and int(part) < len(node)
+        ):
             node = node[int(part)]
         else:
             raise SchemaRefError(f"The schema's reference '{ref[:200]}' points at nothing.")
@@ -91,8 +97,10 @@ def local_schema(parameters: Mapping[str, Any]) -> LocalSchema:
     docstring); :class:`SchemaRefError` for a ref that resolves to nothing or is not local
     (the grammar fetches nothing)."""
     names: dict[str, str] = {}  # ref -> name in the table
+    by_target: dict[int, str] = {}  # id of the referenced node -> its name (aliases share it)
     definitions: dict[str, Any] = {}
     todo: list[str] = []
+    nodes = 0  # what the rewrite has produced: bounded, whatever the refs multiply
 
     def name_of(ref: str) -> str:
         if ref in names:
@@ -104,12 +112,16 @@ def local_schema(parameters: Mapping[str, Any]) -> LocalSchema:
             )
         if len(names) >= _MAX_REFS:
             raise SchemaRefError(f"The schema has more than {_MAX_REFS:,} references.")
+        target = _target(parameters, ref)
+        if id(target) in by_target:  # another spelling of a ref already named
+            names[ref] = by_target[id(target)]
+            return names[ref]
         base = _PREFIX + (_NOT_NAME.sub("-", ref.rsplit("/", 1)[-1]).strip("-") or "root")
         name, n = base, 1
         while name in definitions or name in names.values():
             n += 1
             name = f"{base}-{n}"
-        names[ref] = name
+        names[ref] = by_target[id(target)] = name
         definitions[name] = None  # filled below
         todo.append(ref)
         return name
@@ -118,6 +130,13 @@ def local_schema(parameters: Mapping[str, Any]) -> LocalSchema:
         # ``names_map``: the keys are property names, not keywords (a property may be
         # called "$ref" or "definitions"). The parameters were checked by jsonschema,
         # which recurses too, so their depth is bounded before they get here.
+        nonlocal nodes
+        nodes += 1
+        if nodes > _MAX_NODES:
+            raise SchemaRefError(
+                f"The schema's references expand to more than {_MAX_NODES:,} parts; "
+                "a grammar for it would be too large."
+            )
         if isinstance(node, list):
             return [rewrite(item) for item in node]
         if not isinstance(node, Mapping):
