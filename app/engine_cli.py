@@ -585,6 +585,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     problem = None if args.threads is None else threads.problem(args.threads)
     if problem is not None:
         raise LlamaDeskError(f"{cli_flag(threads)}: {problem}")
+    for spec in BENCH_SPEC:  # the flag named in the sentence, as run does
+        value = getattr(args, cli_dest(spec))
+        if value is not None and (problem := spec.problem(value)) is not None:
+            raise LlamaDeskError(f"{cli_flag(spec)}: {problem}")
     path = Path(args.model) if args.model else default_model_path()
     result = run_bench(
         path,

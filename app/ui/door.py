@@ -40,6 +40,9 @@ def settle(future: Future[T]) -> T:
     try:
         return future.result(SETTLE_TIMEOUT_S)
     except FutureTimeout:
+        # Not run later behind the user's back: "try again" must not make it happen twice
+        # (a change still queued is dropped; one already running finishes).
+        future.cancel()
         raise LlamaDeskError(
             f"The conversations did not answer in {SETTLE_TIMEOUT_S:.0f} s; try again."
         ) from None

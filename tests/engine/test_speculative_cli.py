@@ -33,6 +33,11 @@ def test_run_refuses_bad_speculative_flags(tiny_model: Path) -> None:
     assert bad.returncode != 0 and "invalid choice" in bad.stderr
 
 
+def test_bench_names_the_flag_of_a_bad_value(tiny_model: Path) -> None:
+    zero = llamadesk("bench", str(tiny_model), "--draft-max", "0")
+    assert zero.returncode == 2 and zero.stderr.startswith("llamadesk: --draft-max: ")
+
+
 def test_bench_takes_the_spec_flags(tiny_model: Path) -> None:
     args = ["bench", str(tiny_model), "--tabs", "2", "--n-prompt", "32", "--n-gen", "8"]
     result = llamadesk(*args, "--n-state", "64", "--spec", "ngram", "--draft-max", "4", "--json")
