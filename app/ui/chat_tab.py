@@ -376,6 +376,8 @@ class ChatTab(QWidget):
         if not self.document_mode:
             text = text.strip()  # in a document, spaces and line breaks are its text
         if not text and not (self.document_mode and self.branch):
+            if self.document_mode:  # "leave this empty" needs a text to write on
+                self.notify("Write the start of the text first; the model continues it.", False)
             return
         if self.generating:
             self.notify("This tab is still answering: stop it first (Esc).", False)

@@ -97,3 +97,11 @@ def test_raw_in_the_picker_makes_a_chat_model_complete_text(qtbot: Any, make_win
     window.settings_ui.choose_chat_template("")  # automatic: a chat again
     qtbot.waitUntil(lambda: not tab.document_mode, timeout=10000)
     assert [w.data.role for w in tab.view.messages()] == ["user", "assistant"]
+
+
+def test_an_empty_document_asks_for_a_start(qtbot: Any, make_window: Any, base_model: Path) -> None:
+    window, _ = make_window(model=base_model)
+    tab = window.new_tab()
+    qtbot.keyClick(tab.composer, Qt.Key.Key_Return)  # nothing to continue yet
+    assert not tab.generating and tab.branch == []
+    assert tab.notice.isVisible() and "Write the start of the text" in tab.notice.text()
