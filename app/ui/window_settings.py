@@ -20,7 +20,7 @@ from app.errors import LlamaDeskError
 from app.session import LoadedModel
 from app.storage import save_settings
 from app.ui.devices_settings import load_device_settings
-from app.ui.text_completion import RAW_TEMPLATE, engine_template
+from app.ui.text_completion import engine_template
 from app.ui.theme import THEMES, apply_theme, current_theme
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class WindowSettings:
         choice that cannot be used any more, a moved file, is said and dropped)."""
         win = self.win
         value = win.app_settings.model_chat_templates.get(path, "")
-        problem = None if value == RAW_TEMPLATE else user_template_problem(value)
+        problem = user_template_problem(engine_template(value))  # raw: the automatic one
         if problem is not None:
             win.show_message(f"{problem} The model gets its automatic template.")
             self._store_template(path, "")
@@ -100,7 +100,7 @@ class WindowSettings:
         win = self.win
         if win.model is None:
             return
-        problem = None if value == RAW_TEMPLATE else user_template_problem(value)
+        problem = user_template_problem(engine_template(value))  # raw: the automatic one
         if problem is not None:
             win.show_message(problem)
             self.sync_template_picker()
